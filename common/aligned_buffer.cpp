@@ -1,0 +1,25 @@
+#include "common/aligned_buffer.h"
+
+#include <string>
+
+namespace k3 {
+
+Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size, size_t alignment) {
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  if ((alignment & (alignment - 1)) != 0) {
+    return Status::Invalid("AlignedBuffer: alignment " + std::to_string(alignment) +
+                           " is not a power of two (internal)");
+  }
+  AlignedBuffer buf;
+  if (size == 0) return buf;
+  void* p = nullptr;
+  if (::posix_memalign(&p, alignment, size) != 0) {
+    return Status::Io("cannot allocate " + std::to_string(size) + " bytes aligned to " +
+                      std::to_string(alignment) + ": out of memory (lower the memory budget)");
+  }
+  buf.data_ = p;
+  buf.size_ = size;
+  return buf;
+}
+
+}  // namespace k3

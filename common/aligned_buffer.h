@@ -1,0 +1,44 @@
+// AlignedBuffer: an owned, aligned byte buffer (posix_memalign) for O_DIRECT reads and SIMD.
+// Move-only. A failed allocation is a Status (kIo: not enough memory at run time), not a throw.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <utility>
+
+#include "common/status.h"
+
+namespace k3 {
+
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(AlignedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+    if (this != &o) {
+      std::free(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  // `alignment` must be a power of two (it is raised to at least sizeof(void*)). Contents are
+  // uninitialised. size 0 gives an empty buffer with data() == nullptr.
+  static Result<AlignedBuffer> Allocate(size_t size, size_t alignment);
+
+  uint8_t* data() { return static_cast<uint8_t*>(data_); }
+  const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace k3

@@ -1,0 +1,81 @@
+#include "common/cli_common.h"
+
+#include <unistd.h>
+
+#include <exception>
+#include <new>
+#include <string>
+
+#include "common/log.h"
+
+namespace k3 {
+namespace {
+
+void WriteStderr(const std::string& s) {
+  const char* p = s.data();
+  size_t left = s.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+void AddOutputFlags(CLI::App* app, OutputOptions* out) {
+  // --progress is defined before --quiet: CLI11 runs option callbacks in definition order, so
+  // --quiet's "no progress" wins whatever order the user typed them in.
+  app->add_option_function<std::string>(
+         "--progress",
+         [out](const std::string& value) {
+           if (!out->quiet) ParseProgressMode(value, &out->progress);
+         },
+         "progress display: auto (bar on a terminal, else a line every 30 s), bar, plain, none")
+      ->check(CLI::IsMember({"auto", "bar", "plain", "none"}))
+      ->type_name("MODE");
+  app->add_flag_callback(
+      "-q,--quiet",
+      [out] {
+        out->quiet = true;
+        out->progress = ProgressMode::kNone;
+        SetQuiet(true);
+      },
+      "print only warnings, errors and the tool's output");
+}
+
+void AddJsonFlag(CLI::App* app, OutputOptions* out) {
+  app->add_flag("--json", out->json, "machine-readable JSON on stdout");
+}
+
+int ReportAndExit(std::string_view tool, const Status& s) {
+  if (s.ok()) return 0;
+  WriteStderr(std::string(tool) + ": error: " + s.ToString() + "\n");
+  return s.exit_code();
+}
+
+int RunCli(CLI::App& app, int argc, char** argv, std::function<Status()> run) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive as "errors" with exit code 0; CLI11 prints them itself.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    WriteStderr(app.get_name() + ": error: " + e.what() + "\nrun '" + app.get_name() +
+                " --help' for usage\n");
+    return static_cast<int>(Code::kInvalid);
+  }
+  Status s;
+  try {
+    s = run();
+  } catch (const std::bad_alloc&) {
+    s = Status::Io("out of memory (lower the memory budget or free memory)");
+  } catch (const std::exception& e) {
+    // Library code reports failures as Status; an exception escaping is a bug, but the user
+    // still gets a message and a nonzero exit instead of an abort.
+    s = Status::Io(std::string("internal error (please report): ") + e.what());
+  }
+  return ReportAndExit(app.get_name(), s);
+}
+
+}  // namespace k3

@@ -1,0 +1,63 @@
+// Direct reads: bytes from NVMe into memory without the page cache, one at a time or in batches.
+//
+// Goals: callers ask for arbitrary [offset, offset+length) ranges and get exactly those bytes,
+// whatever the O_DIRECT rules are. With a File opened kReadDirect (direct() true), reads are
+// widened to aligned windows (alignment from Env::DirectAlignment) through an aligned bounce
+// buffer, or go straight into `dst` when offset, length and dst are already aligned. Short
+// reads are looped; end of file before the range is complete is an error naming the file and
+// the offset. Non-goals: caching, write support, request merging.
+//
+// Batches are submitted at once through io_uring (queue depth configurable, default 16). When
+// io_uring_queue_init fails with EPERM/ENOSYS/ENOMEM (containers, old kernels, locked-memory
+// limits), or when asked, a pread thread pool is used instead; a File whose fd() is -1
+// (fault-injecting or in-memory) is always read with File::PRead. backend() names the choice
+// so tools can report it.
+//
+// Thread safety: one BatchReader is used by one thread at a time (ReadAll is not reentrant);
+// several BatchReaders may read the same File concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "common/env.h"
+#include "common/status.h"
+
+namespace k3 {
+
+// Reads exactly [offset, offset+length) of `file` into dst, honouring O_DIRECT rules when
+// file->direct(). `alignment` is Env::DirectAlignment of the file (0 or 1: no constraint).
+Status DirectRead(File* file, uint32_t alignment, uint64_t offset, uint64_t length, void* dst);
+
+struct ReadRequest {
+  File* file = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  void* dst = nullptr;
+  Status status;  // set by ReadAll
+};
+
+class BatchReader {
+ public:
+  static constexpr int kDefaultQueueDepth = 16;
+
+  // Never fails: falls back to the pread pool when io_uring is unavailable (or force_pread).
+  // `alignment` applies to direct files (see DirectRead); 4096 suits every common device.
+  static std::unique_ptr<BatchReader> Create(int queue_depth = kDefaultQueueDepth,
+                                             bool force_pread = false,
+                                             uint32_t alignment = 4096);
+  virtual ~BatchReader() = default;
+
+  // "io_uring" or "pread-pool"; when io_uring was tried and refused, "pread-pool (io_uring:
+  // <reason>)".
+  virtual std::string_view backend() const = 0;
+  virtual int queue_depth() const = 0;
+
+  // Reads every request, filling each request's status independently (one failing request
+  // does not stop the others). Returns the first failure in request order, or OK.
+  virtual Status ReadAll(std::span<ReadRequest> requests) = 0;
+};
+
+}  // namespace k3

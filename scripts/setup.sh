@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages k3 builds and tests with (DESIGN.md §3).
+# Idempotent: installs only what is missing, and says what it installed.
+# Works as root, or through sudo otherwise. Fetches nothing from anywhere but Debian.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libcli11-dev libxxhash-dev libssl-dev libcurl4-openssl-dev liburing-dev
+  nlohmann-json3-dev libpcre2-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
+  python3-torch python3-numpy
+)
+# nodejs/npm (tokenizer parity test): a machine may already carry a nodejs build that bundles
+# npm; Debian's npm package conflicts with it, so ask for them only when absent.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "setup: need root or sudo to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: installed ${missing[*]}"

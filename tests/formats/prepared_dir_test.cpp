@@ -1,0 +1,176 @@
+// formats/prepared_manifest (directory level): k3.sum before k3.json, file sizes on disk,
+// experts.idx against k3.json, link-mode shard resolution, interrupted writes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/hash.h"
+#include "tests/support/fault_env.h"
+#include "formats/prepared_manifest.h"
+#include "tests/formats/prepared_fixture.h"
+#include "tests/support/temp_dir.h"
+
+namespace k3::prep {
+namespace {
+
+using test::ReadBytes;
+using test::WriteBytes;
+
+void ExpectError(const Status& s, Code code, std::initializer_list<std::string> parts) {
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), code) << s.ToString();
+  for (const std::string& p : parts) {
+    EXPECT_NE(s.message().find(p), std::string::npos) << "missing \"" << p << "\" in: " << s.message();
+  }
+}
+
+Status OpenStatus(const std::string& dir, const OpenOptions& options = {}) {
+  Result<PreparedDir> p = OpenPrepared(Env::Default(), dir, options);
+  return p.ok() ? Status::Ok() : p.status();
+}
+
+// Rewrites k3.json as `text` with a matching k3.sum, as a careless editor with xxhsum would.
+void ResumJson(const std::string& dir, const std::string& text) {
+  WriteBytes(dir + "/k3.json", text);
+  WriteBytes(dir + "/k3.sum",
+             "xxh3-128 " + Xxh3_128(text.data(), text.size()).Hex() + " k3.json\n");
+}
+
+class PreparedDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override { m_ = test::BuildPrepared(dir_.path(), ExpertsMode::kCopy); }
+  std::string P(const std::string& name) const { return dir_.Join(name); }
+  test::TempDir dir_;
+  Manifest m_;
+};
+
+TEST_F(PreparedDirTest, OpensAFreshCopyModeDirectory) {
+  Result<PreparedDir> p = OpenPrepared(Env::Default(), dir_.path());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->manifest.experts_mode, ExpertsMode::kCopy);
+  EXPECT_EQ(p->experts.records.size(), 12u);
+  ASSERT_EQ(p->expert_paths.size(), 3u);
+  EXPECT_EQ(p->expert_paths[1], dir_.Join("experts/layer-002.bin"));
+  EXPECT_EQ(p->manifest.config.hidden, 64);
+}
+
+TEST_F(PreparedDirTest, SumFileIsTheDocumentedLine) {
+  const std::string json = ReadBytes(P("k3.json"));
+  EXPECT_EQ(ReadBytes(P("k3.sum")),
+            "xxh3-128 " + Xxh3_128(json.data(), json.size()).Hex() + " k3.json\n");
+  EXPECT_EQ(RenderSumLine("abc").size(), 9u + 32u + 9u);
+}
+
+TEST_F(PreparedDirTest, K3SumMismatchIsAnIntegrityFailure) {
+  std::string json = ReadBytes(P("k3.json"));
+  json[json.find("\"tiny\"") + 1] = 'T';  // still valid JSON: only the sum can tell
+  WriteBytes(P("k3.json"), json);
+  ExpectError(OpenStatus(dir_.path()), Code::kIntegrity, {"k3.json", "k3.json altered"});
+}
+
+TEST_F(PreparedDirTest, K3SumMissingIsInvalid) {
+  std::filesystem::remove(P("k3.sum"));
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {"k3.sum", "missing"});
+}
+
+TEST_F(PreparedDirTest, MalformedK3SumLine) {
+  const std::string hex = Xxh3_128(nullptr, 0).Hex();
+  std::string upper = hex;
+  for (char& c : upper) c = static_cast<char>(toupper(c));
+  for (const std::string& bad :
+       {"xxh3-128 " + upper + " k3.json\n", "xxh3-128 " + hex + " k3.json",
+        "xxh3-128  " + hex + " k3.json\n", "xxh128 " + hex + " k3.json\n",
+        "xxh3-128 " + hex + " k3.json\nxxh3-128 " + hex + " k3.json\n",
+        "xxh3-128 " + hex + " other.json\n", std::string("")}) {
+    WriteBytes(P("k3.sum"), bad);
+    ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {"k3.sum", "malformed"});
+  }
+}
+
+TEST_F(PreparedDirTest, ValidJsonThatFailsValidationIsInvalidNotIntegrity) {
+  std::string json = ReadBytes(P("k3.json"));
+  json.replace(json.find("\"k3-prepared\""), 13, "\"k3-unknown\"");
+  ResumJson(dir_.path(), json);
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {"k3.json", ".format"});
+}
+
+TEST_F(PreparedDirTest, TruncatedTrunkIsNamed) {
+  std::filesystem::resize_file(P("trunk.bin"), m_.files[0].size - 4096);
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {P("trunk.bin"), "truncated"});
+}
+
+TEST_F(PreparedDirTest, MissingResidentIsNamed) {
+  std::filesystem::remove(P("resident.bin"));
+  Status s = OpenStatus(dir_.path());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("resident.bin"), std::string::npos) << s.ToString();
+}
+
+TEST_F(PreparedDirTest, ExpertsIdxBadMagicIsNamed) {
+  std::string idx = ReadBytes(P("experts.idx"));
+  idx[0] = 'X';
+  WriteBytes(P("experts.idx"), idx);
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {P("experts.idx"), "magic"});
+}
+
+TEST_F(PreparedDirTest, ExpertsIdxPathTableMustMatchManifest) {
+  std::string idx = ReadBytes(P("experts.idx"));
+  const size_t at = idx.find("layer-002");
+  idx[at + 8] = '9';  // experts/layer-009.bin
+  WriteBytes(P("experts.idx"), idx);
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {"experts/layer-009.bin", "differs from k3.json expert_files[1]"});
+}
+
+TEST_F(PreparedDirTest, TruncatedExpertFileIsNamed) {
+  std::filesystem::resize_file(P("experts/layer-003.bin"), 100);
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {P("experts/layer-003.bin"), "100 bytes", "16384"});
+  OpenOptions skip;
+  skip.check_expert_files = false;  // k3verify can still report the structure
+  EXPECT_TRUE(OpenStatus(dir_.path(), skip).ok());
+}
+
+TEST(PreparedDirLink, ResolvesShardsUnderModelDirAndHonoursOverride) {
+  test::TempDir prepared, model, moved;
+  test::BuildPrepared(prepared.path(), ExpertsMode::kLink, model.path());
+  Result<PreparedDir> p = OpenPrepared(Env::Default(), prepared.path());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->expert_paths[0], model.Join("model.safetensors"));
+  EXPECT_EQ(p->manifest.source.shards[0].sha256, std::string(64, 'e'));
+
+  std::filesystem::rename(model.Join("model.safetensors"), moved.Join("model.safetensors"));
+  ExpectError(OpenStatus(prepared.path()), Code::kInvalid,
+              {model.Join("model.safetensors"), "missing", "--model-dir"});
+  OpenOptions relocated;
+  relocated.model_dir = moved.path();
+  Result<PreparedDir> again = OpenPrepared(Env::Default(), prepared.path(), relocated);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->expert_paths[0], moved.Join("model.safetensors"));
+}
+
+TEST(PreparedDirWrite, InterruptedSumWriteLeavesNothingThatOpens) {
+  test::TempDir dir;
+  Manifest m = test::BuildPrepared(dir.path(), ExpertsMode::kCopy);
+  test::FaultEnv env;
+  env.SetRule(dir.Join("k3.sum"), test::FaultRule::RenameFails());
+  Status s = WriteManifestAndSum(&env, dir.path(), m);
+  EXPECT_FALSE(s.ok());
+  // The old sum was removed first and the new one never landed: "unfinished", not "tampered".
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("k3.sum")));
+  ExpectError(OpenStatus(dir.path()), Code::kInvalid, {"k3.sum", "missing"});
+  for (const std::string& name : dir.List()) EXPECT_EQ(name.find(".k3tmp"), std::string::npos) << name;
+}
+
+TEST(PreparedDirWrite, InterruptedJsonWriteLeavesNoSum) {
+  test::TempDir dir;
+  Manifest m = test::BuildPrepared(dir.path(), ExpertsMode::kCopy);
+  test::FaultEnv env;
+  env.SetRule(dir.Join("k3.json"), test::FaultRule::EnospcAfter(100));
+  EXPECT_FALSE(WriteManifestAndSum(&env, dir.path(), m).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("k3.sum")));
+  EXPECT_EQ(OpenStatus(dir.path()).code(), Code::kInvalid);
+}
+
+}  // namespace
+}  // namespace k3::prep

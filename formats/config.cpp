@@ -37,6 +37,13 @@ std::string ShortList(const std::vector<std::string>& items, size_t total) {
   return out;
 }
 
+// A JSON value for a message: scalars as written (bounded), containers by type only.
+std::string Brief(const json& v) {
+  if (v.is_structured()) return std::string("an ") + v.type_name();
+  std::string text = v.dump();
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
 // ------------------------------------------------------------------------------------------
 // Parsing. nlohmann keeps the last of two equal keys without a word; a config in which two
 // values compete for one key is ambiguous, so the parse callback tracks the keys of every open
@@ -304,7 +311,7 @@ void ReadLayerMap(ConfigReader& r, ModelConfig* c, std::vector<std::string>* pro
     const json& e = (*hit.value)[i];
     std::string why;
     if (!e.is_number()) {
-      why = std::string("a ") + e.type_name();
+      why = std::string("of type ") + e.type_name();
     } else if (const double d = e.get<double>(); !(d > -2147483649.0 && d < 2147483648.0)) {
       why = e.dump() + " (no 32-bit integer)";
     } else {
@@ -375,7 +382,7 @@ void ReadQuantization(const json& root, const json* text_config, ModelConfig* c,
   }
   constexpr const char* kFormat = "mxfp4-pack-quantized";
   if (const auto f = qc->find("format"); f != qc->end() && !(f->is_string() && *f == kFormat)) {
-    problems->push_back(path + ".format is " + f->dump() + ", but k3 reads only \"" + kFormat +
+    problems->push_back(path + ".format is " + Brief(*f) + ", but k3 reads only \"" + kFormat +
                         "\" routed experts (the release's format)");
   }
   const json* node = qc;
@@ -391,14 +398,14 @@ void ReadQuantization(const json& root, const json* text_config, ModelConfig* c,
   }
   if (const auto g = node->find("group_size"); g != node->end()) {
     if (!g->is_number() || g->get<double>() != kMxfp4GroupSize) {
-      problems->push_back(path + ".group_size is " + g->dump() + ", but the MXFP4 group size " +
+      problems->push_back(path + ".group_size is " + Brief(*g) + ", but the MXFP4 group size " +
                           "must be " + std::to_string(kMxfp4GroupSize) +
                           " (one E8M0 scale per 32 elements); k3 reads no other");
     }
   }
   if (const auto b = node->find("num_bits"); b != node->end()) {
     if (!b->is_number() || b->get<double>() != 4) {
-      problems->push_back(path + ".num_bits is " + b->dump() + ", but MXFP4 elements are 4 bits");
+      problems->push_back(path + ".num_bits is " + Brief(*b) + ", but MXFP4 elements are 4 bits");
     }
   }
 }

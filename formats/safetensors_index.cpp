@@ -2,9 +2,10 @@
 // and agreement with model.safetensors.index.json. Open reads ~500k entries for the release, so
 // the name table holds views into the shards' names (no second copy of any name) in one flat
 // allocation.
-#include <xxhash.h>
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "formats/safetensors.h"
 
@@ -190,7 +191,10 @@ Result<CheckpointIndex> CheckpointIndex::Open(Env* env, const std::string& dir) 
                      "no *.safetensors file in the directory",
                      "check the path, or download or synthesize a checkpoint into it");
   }
-  // ListDir sorts by name, so shards_ is in name order already.
+  // ListDir promises name order; sorting again costs nothing and keeps the order a property of
+  // this function rather than of every Env.
+  std::sort(index.shards_.begin(), index.shards_.end(),
+            [](const auto& a, const auto& b) { return a->name < b->name; });
   size_t total = 0;
   std::string scratch;
   for (auto& shard : index.shards_) {

@@ -9,6 +9,7 @@
 #include "common/cli_common.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/progress.h"
 #include "k3prep/synth_checkpoint.h"
 
 namespace k3::prep {
@@ -19,7 +20,9 @@ struct SynthFlags {
   std::string small_dtype = "mixed";
 };
 
+// Decimal GB with two decimals, as DESIGN.md quotes sizes; small sizes in IEC units.
 std::string Gb(uint64_t bytes) {
+  if (bytes < 100'000'000) return FormatIecBytes(static_cast<double>(bytes));
   char buf[48];
   std::snprintf(buf, sizeof(buf), "%.2f GB", static_cast<double>(bytes) / 1e9);
   return buf;

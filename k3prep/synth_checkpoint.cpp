@@ -19,11 +19,7 @@ namespace {
 constexpr const char* kPartSuffix = ".k3part";
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-std::string Gb(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GB", static_cast<double>(bytes) / 1e9);
-  return buf;
-}
+std::string Human(uint64_t bytes) { return FormatIecBytes(static_cast<double>(bytes)); }
 
 // The closest existing directory at or above `path` (free space is asked there before --out
 // exists, so the check happens before anything, even the directory, is created).
@@ -164,15 +160,15 @@ Result<SynthResult> RunSynth(Env* env, const SynthOptions& opts) {
   K3_ASSIGN_OR_RETURN(uint64_t available, env->FreeSpace(where));
   if (available < required) {
     return Status::Io("not enough disk: synth --preset " + opts.preset + " needs " +
-                      std::to_string(required) + " bytes (" + Gb(required) + ") in " + opts.out +
+                      std::to_string(required) + " bytes (" + Human(required) + ") in " + opts.out +
                       ", but the file system holding " + where + " has " +
-                      std::to_string(available) + " bytes (" + Gb(available) +
+                      std::to_string(available) + " bytes (" + Human(available) +
                       ") available; free space, choose another --out, or a smaller preset");
   }
   K3_RETURN_IF_ERROR(env->MakeDirs(opts.out));
 
   const WeightGenerator gen(layout, opts.seed);
-  Progress progress("synth " + opts.preset, layout.total_file_bytes, opts.progress);
+  Progress progress("synth " + opts.preset, layout.total_tensor_bytes, opts.progress);
   ShardSink sink(env, opts.out, layout, &progress);
   const auto t0 = std::chrono::steady_clock::now();
   Status s = RunPipeline(layout, gen, 0, layout.shards.size(),

@@ -381,7 +381,7 @@ TEST(ConfigRules, LayerEntryNotANumberRefused) {
   ojson j = Flat();
   j["full_attn_layers"] = {4, "8", 12, 13};
   EXPECT_THAT(Refusal(j), HasSubstr("full_attn_layers: every entry must be a number "
-                                    "(a one-based layer index): [1] is a string"));
+                                    "(a one-based layer index): [1] is of type string"));
 }
 
 TEST(ConfigRules, LayerIndexZeroRefused) {

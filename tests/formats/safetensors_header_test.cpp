@@ -8,6 +8,7 @@
 #include <string>
 
 #include "formats/safetensors.h"
+#include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::st {
@@ -99,7 +100,8 @@ TEST_F(SafetensorsHeaderTest, RankZeroAndEmptyTensorsAreAllowed) {
 }
 
 TEST_F(SafetensorsHeaderTest, EscapedNamesAreDecoded) {
-  const Result<Header> r = Read(R"({"a\"b\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1);
+  const Result<Header> r =
+      Read(R"({"a\"b\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->tensors[0].name, "a\"b\xC3\xA9");
 }
@@ -375,6 +377,46 @@ TEST_F(SafetensorsHeaderTest, BytesAfterLastTensor) {
 
 TEST_F(SafetensorsHeaderTest, DataWithoutAnyTensor) {
   ExpectInvalid(Read("{}", 1), {"ends exactly at end of file", "1 more byte after"});
+}
+
+// ---- reading through the Env ----------------------------------------------------------------
+
+TEST_F(SafetensorsHeaderTest, ShortReadsAreLooped) {
+  const std::string path =
+      dir_.WriteFile(kShard, MakeFile("{" + Entry("w", "U8", "[3]", 0, 3) + "}", 3));
+  test::FaultEnv env;
+  test::FaultRule rule;
+  rule.max_read_chunk = 3;
+  env.SetRule(path, rule);
+  const Result<Header> r = ReadHeader(&env, path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tensors[0].name, "w");
+}
+
+TEST_F(SafetensorsHeaderTest, ReadErrorIsAnIoErrorNamingTheFile) {
+  const std::string path =
+      dir_.WriteFile(kShard, MakeFile("{" + Entry("w", "U8", "[3]", 0, 3) + "}", 3));
+  test::FaultEnv env;
+  test::FaultRule rule;
+  rule.eio_read_offset = 20;
+  env.SetRule(path, rule);
+  const Result<Header> r = ReadHeader(&env, path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kIo);
+  EXPECT_THAT(r.status().message(), HasSubstr(kShard));
+}
+
+TEST_F(SafetensorsHeaderTest, TruncatedFileIsInvalid) {
+  const std::string path =
+      dir_.WriteFile(kShard, MakeFile("{" + Entry("w", "U8", "[3]", 0, 3) + "}", 3));
+  test::FaultEnv env;
+  test::FaultRule rule;
+  rule.truncated_size = 30;
+  env.SetRule(path, rule);
+  const Result<Header> r = ReadHeader(&env, path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalid);
+  EXPECT_THAT(r.status().message(), HasSubstr("8 + header length <= file size"));
 }
 
 // ---- helpers ------------------------------------------------------------------------------

@@ -1,0 +1,16 @@
+// The short causal depthwise convolution of KDA (MODEL.md §3.4 step 2), with carried history.
+#pragma once
+
+#include <cstdint>
+
+namespace k3::ops {
+
+// x [T][C] raw inputs, taps w [C][K], history hist [C][K−1] (each channel's K−1 previous RAW
+// inputs, oldest first; zeros at sequence start), y [T][C].
+// acc = w[c][K−1]·x_t + Σ_{j<K−1} w[c][j]·hist[c][j] (fp32, current tap first, then j ascending),
+// y = SiLU(acc); then hist shifts left and takes x_t. Running T rows at once or one row at a time
+// gives the same bits. y may alias x.
+void ShortConv(const float* x, int64_t T, int64_t C, int64_t K, const float* w, float* hist,
+               float* y);
+
+}  // namespace k3::ops

@@ -1,0 +1,45 @@
+// Kimi Delta Attention (MODEL.md §3.4): decay, the delta-rule recurrence and the whole layer.
+//
+// Precision: fp32 throughout, the orders of MODEL.md §3.4; the recurrence loops over the value
+// index j innermost, so a compiler (or a future SIMD body) may vectorise over j only and each
+// output element still sees the same sequence of operations (DESIGN.md §7).
+// State: KdaState is the per-layer carried state of MODEL.md §7 (S and three conv histories).
+// Feeding T rows in one call and T single-row calls with the same state gives identical bits.
+// Thread safety: none; one state per sequence and layer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "k3run/ops/weights.h"
+
+namespace k3::ops {
+
+struct KdaState {
+  int64_t heads = 0, head_dim = 0, conv_k = 0;
+  std::vector<float> S;       // [H][D][D], row i = key channel, column j = value channel
+  std::vector<float> conv_q;  // [P][K−1] raw pre-conv q inputs, oldest first
+  std::vector<float> conv_k;  // [P][K−1]
+  std::vector<float> conv_v;  // [P][K−1]
+
+  static KdaState Zero(const Dims& d);  // sized for d, all zeros (start of a sequence)
+  void Reset();                         // back to zeros, keeping sizes
+};
+
+// One token's decay: for channel i = h·D + d, u = exp(A_log[h])·(z_i + dt_bias_i),
+// g_i = lb·σ(u), α_i = exp(g_i). z [H·D] is f_b(f_a(x)) before dt_bias. α = 1 exactly is legal.
+void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t H, int64_t D,
+              float lb, float* g, float* alpha);
+
+// One head, one token of the delta rule on S [D][D]:
+//   S[i][:] ← α_i·S[i][:];  u = Sᵀk;  S[i][j] ← S[i][j] + (k_i·β)·(v_j − u_j);  o = Sᵀq̃
+// with q̃ ALREADY scaled by fp32(1/sqrtf(D)) by the caller; sums over i ascending in fp32.
+void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
+                       const float* alpha, float beta, int64_t D, float* o);
+
+// The whole KDA attention over T rows: x [T][E] (the input-layernormed row a_in),
+// out [T][E]. Updates st (which must be sized for d) in place.
+void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaState* st,
+              float* out);
+
+}  // namespace k3::ops

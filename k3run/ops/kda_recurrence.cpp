@@ -1,0 +1,67 @@
+#include <algorithm>
+#include <vector>
+
+#include "k3run/ops/kda.h"
+#include "k3run/ops/math.h"
+
+namespace k3::ops {
+
+KdaState KdaState::Zero(const Dims& d) {
+  KdaState s;
+  s.heads = d.kda_heads;
+  s.head_dim = d.kda_head_dim;
+  s.conv_k = d.conv_k;
+  const int64_t P = d.kda_width();
+  const int64_t hist = d.conv_k > 0 ? d.conv_k - 1 : 0;
+  s.S.assign(static_cast<size_t>(d.kda_heads * d.kda_head_dim * d.kda_head_dim), 0.0f);
+  s.conv_q.assign(static_cast<size_t>(P * hist), 0.0f);
+  s.conv_k.assign(static_cast<size_t>(P * hist), 0.0f);
+  s.conv_v.assign(static_cast<size_t>(P * hist), 0.0f);
+  return s;
+}
+
+void KdaState::Reset() {
+  for (auto* v : {&S, &conv_q, &conv_k, &conv_v}) std::fill(v->begin(), v->end(), 0.0f);
+}
+
+void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t H, int64_t D,
+              float lb, float* g, float* alpha) {
+  for (int64_t h = 0; h < H; ++h) {
+    const float rate = Exp(A_log[h]);  // A_log is per HEAD (MODEL.md §3.4 step 5)
+    for (int64_t c = 0; c < D; ++c) {
+      const int64_t i = h * D + c;
+      const float u = rate * (z[i] + dt_bias[i]);
+      g[i] = lb * Sigmoid(u);
+      alpha[i] = Exp(g[i]);
+    }
+  }
+}
+
+void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
+                       const float* alpha, float beta, int64_t D, float* o) {
+  std::vector<float> u(static_cast<size_t>(D), 0.0f);
+  // 1. decay rows, 2. read u = Sᵀk (i ascending); fused per row i, same order per element.
+  for (int64_t i = 0; i < D; ++i) {
+    float* row = S + i * D;
+    const float a = alpha[i];
+    const float ki = k[i];
+    for (int64_t j = 0; j < D; ++j) row[j] = a * row[j];
+    for (int64_t j = 0; j < D; ++j) u[j] += ki * row[j];
+  }
+  // 3. delta write: the residual v − u is formed once per j.
+  for (int64_t j = 0; j < D; ++j) u[j] = v[j] - u[j];
+  for (int64_t i = 0; i < D; ++i) {
+    float* row = S + i * D;
+    const float kb = k[i] * beta;
+    for (int64_t j = 0; j < D; ++j) row[j] = row[j] + kb * u[j];
+  }
+  // 4. output from the UPDATED state.
+  for (int64_t j = 0; j < D; ++j) o[j] = 0.0f;
+  for (int64_t i = 0; i < D; ++i) {
+    const float* row = S + i * D;
+    const float qi = q_scaled[i];
+    for (int64_t j = 0; j < D; ++j) o[j] += qi * row[j];
+  }
+}
+
+}  // namespace k3::ops

@@ -1,0 +1,103 @@
+// LatentMoE, step by step as MODEL.md §3.6 (step numbers in the comments).
+#include "k3run/ops/moe.h"
+
+#include <algorithm>
+
+#include "k3run/ops/activation.h"
+#include "k3run/ops/glu.h"
+#include "k3run/ops/norm.h"
+#include "k3run/ops/router.h"
+
+namespace k3::ops {
+
+Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T) {
+  Routing r;
+  r.T = T;
+  r.topk = d.topk;
+  r.idx.resize(static_cast<size_t>(T * d.topk));
+  r.weight.resize(static_cast<size_t>(T * d.topk));
+  for (int64_t t = 0; t < T; ++t) {  // 1.–4.
+    RouteToken(w.gate, w.score_bias.data(), d, x + t * d.hidden, r.idx.data() + t * d.topk,
+               r.weight.data() + t * d.topk);
+  }
+  return r;
+}
+
+void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts, const Dims& d,
+              const float* x, int64_t T, float* out, MoeStats* stats) {
+  if (T <= 0) return;
+  const int64_t E = d.hidden, Lt = d.latent, k = d.topk, I = d.moe_inter;
+  auto buf = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
+
+  // 5. latent down-projection
+  std::vector<float> z = buf(T * Lt);
+  kernels::MatMul(w.down, x, T, z.data());
+
+  // 6a. each selected expert once, over all the rows that chose it; outputs into their slots
+  std::vector<float> slots = buf(T * k * Lt);
+  std::vector<char> have(static_cast<size_t>(T * k), 0);
+  std::vector<int32_t> chosen(r.idx.begin(), r.idx.end());
+  std::sort(chosen.begin(), chosen.end());
+  chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+  std::vector<float> zin, g, u, y;
+  std::vector<int64_t> rows;  // flat (t·k + j) of each gathered row
+  for (int32_t e : chosen) {
+    rows.clear();
+    for (int64_t s = 0; s < T * k; ++s)
+      if (r.idx[static_cast<size_t>(s)] == e) rows.push_back(s);
+    const GluWeights* ew = experts(e);
+    if (ew == nullptr) {
+      if (stats) {
+        stats->experts_skipped += static_cast<int64_t>(rows.size());
+        stats->missing.push_back(e);
+      }
+      continue;
+    }
+    const int64_t n = static_cast<int64_t>(rows.size());
+    zin.resize(static_cast<size_t>(n * Lt));
+    g.resize(static_cast<size_t>(n * I));
+    u.resize(static_cast<size_t>(n * I));
+    y.resize(static_cast<size_t>(n * Lt));
+    for (int64_t q = 0; q < n; ++q) {
+      const int64_t t = rows[static_cast<size_t>(q)] / k;
+      std::copy_n(z.data() + t * Lt, Lt, zin.data() + q * Lt);
+    }
+    kernels::MatMul(ew->gate, zin.data(), n, g.data());
+    kernels::MatMul(ew->up, zin.data(), n, u.data());
+    SituGlu(g.data(), u.data(), n * I, d.situ_b1, d.situ_b2, g.data());
+    kernels::MatMul(ew->down, g.data(), n, y.data());
+    for (int64_t q = 0; q < n; ++q) {
+      const int64_t s = rows[static_cast<size_t>(q)];
+      std::copy_n(y.data() + q * Lt, Lt, slots.data() + s * Lt);
+      have[static_cast<size_t>(s)] = 1;
+    }
+  }
+
+  // 6b. acc = Σ_j w_j·y_j in top-k order (fp32, acc starts at 0); 7. aggregate RMSNorm
+  std::vector<float> acc = buf(T * Lt);
+  for (int64_t t = 0; t < T; ++t) {
+    float* a = acc.data() + t * Lt;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t s = t * k + j;
+      if (!have[static_cast<size_t>(s)]) continue;
+      const float wj = r.weight[static_cast<size_t>(s)];
+      const float* ys = slots.data() + s * Lt;
+      for (int64_t i = 0; i < Lt; ++i) a[i] = a[i] + wj * ys[i];
+    }
+    if (d.latent_norm) RmsNorm(a, w.norm.data(), Lt, d.rms_eps, a);
+  }
+
+  // 8. latent up-projection; 9. shared experts on the ORIGINAL x; 10. unweighted sum
+  kernels::MatMul(w.up, acc.data(), T, out);
+  std::vector<float> shared = buf(T * E);
+  GluMlp(w.shared, d.situ_b1, d.situ_b2, x, T, shared.data());
+  for (int64_t i = 0; i < T * E; ++i) out[i] = out[i] + shared[static_cast<size_t>(i)];
+}
+
+void MoeBlock(const MoeWeights& w, const ExpertLookup& experts, const Dims& d, const float* x,
+              int64_t T, float* out, MoeStats* stats) {
+  const Routing r = Route(w, d, x, T);
+  MoeApply(w, r, experts, d, x, T, out, stats);
+}
+
+}  // namespace k3::ops

@@ -65,6 +65,7 @@ k3::Result<double> DiskWriteMBps(k3::Env* env, const std::string& dir, uint64_t 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines appear as each measurement ends
   std::string preset = "bench", out;
   double disk_gb = 3.0;
   int gen_layers = 4;

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <random>
 
+#include "formats/safetensors.h"
 #include "tests/formats/prepared_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace k3::prep {
 namespace {
@@ -274,6 +276,28 @@ TEST(PreparedLayout, StripeSendsExpertToDiskLTimesNPlusEModD) {
   }
   // Layer 1 sends experts 0..3 to disks 1, 2, 0, 1: disk 1 holds two, back to back.
   EXPECT_EQ(plan.slots[ExpertRecordIndex(c, 1, 3)].offset, 4096u);
+}
+
+TEST(PreparedLayout, TensorsOfACheckpointDirectoryBuildTheSameLayout) {
+  k3::test::TempDir dir;
+  st::Writer writer(Env::Default(), dir.Join("model.safetensors"));
+  for (const TensorSpec& t : TinyTensors()) writer.Add(t.name, t.dtype, t.shape);
+  ASSERT_TRUE(writer.Begin().ok());
+  for (const TensorSpec& t : TinyTensors()) {
+    const std::string zeros(t.nbytes(), '\0');
+    ASSERT_TRUE(writer.Append(zeros.data(), zeros.size()).ok());
+  }
+  ASSERT_TRUE(writer.Finish().ok());
+  Result<st::CheckpointIndex> index = st::CheckpointIndex::Open(Env::Default(), dir.path());
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  const std::vector<TensorSpec> tensors = TensorsOf(*index);
+  EXPECT_EQ(tensors.size(), TinyTensors().size());
+  Result<Layout> from_dir = BuildLayout(TinyConfig(), tensors);
+  Result<Layout> from_list = BuildLayout(TinyConfig(), TinyTensors());
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status().ToString();
+  ASSERT_TRUE(from_list.ok());
+  EXPECT_EQ(from_dir->trunk_bytes, from_list->trunk_bytes);
+  EXPECT_EQ(from_dir->trunk.back().name, from_list->trunk.back().name);
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// Internals of k3run/kernels shared by the per-ISA bodies and the dispatcher. Not for use
+// outside k3run/kernels (and its tests).
+//
+// Why this header has no inline functions: matmul_avx2.cpp and matmul_avx512.cpp are compiled
+// with -mavx2/-mavx512f. An inline function (or template) emitted in those files could be
+// picked by the linker for the portable callers too and run AVX code on a CPU without it. So
+// shared code lives in portable files and is only declared here, and the ISA files call no
+// inline function or template from any header (not even the ones in matmul.h or <algorithm>).
+#pragma once
+
+#include <cstdint>
+
+#include "k3run/kernels/matmul.h"
+
+namespace k3::kernels::internal {
+
+// The exact fp32 MXFP4 weight for every (scale byte, nibble): Mxfp4Lut()[s][c] =
+// E2M1[c] · 2^(s−127), [255][c] = E2M1[c]·0. Row c|8 is the bitwise negation of row c (sign
+// bit), which the AVX2 path relies on. 64-byte aligned rows so a row is one AVX-512 load.
+struct alignas(64) Mxfp4LutRow {
+  float v[16];
+};
+const Mxfp4LutRow* Mxfp4Lut();  // 256 rows, built once, thread-safe
+
+// Computes output rows [r_begin, r_end) for all T activation rows, by the contract in
+// matmul.h. The Matrix has passed ValidateMatrix. One function per ISA; the dispatcher in
+// matmul.cpp is the only caller.
+using RowsFn = void (*)(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
+                        int64_t r_end);
+void MatMulRowsScalar(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
+                      int64_t r_end);
+void MatMulRowsAvx2(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
+                    int64_t r_end);
+void MatMulRowsAvx512(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
+                      int64_t r_end);
+
+}  // namespace k3::kernels::internal

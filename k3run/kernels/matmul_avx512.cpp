@@ -1,0 +1,151 @@
+// The AVX-512F/BW path. One zmm holds the 16 lanes of one output element, so lane l of the
+// register is lane l of the contract in matmul.h; each fmadd is the scalar fmaf per lane.
+// Compiled with -mavx512f -mavx512bw (see CMakeLists.txt): everything here is internal linkage
+// and calls nothing inline from a header (kernels_internal.h explains why).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "k3run/kernels/kernels_internal.h"
+
+namespace k3::kernels::internal {
+namespace {
+
+// Loaders: the 16 fp32 weights of row r, columns [c, c+16) (c a multiple of 16), or the first
+// lanes of `k` of them at the ragged end of a row (zeros elsewhere; MXFP4 has no ragged end).
+struct F32Rows {
+  const float* base;
+  int64_t cols;
+  __m512 Load(int64_t r, int64_t c) const { return _mm512_loadu_ps(base + r * cols + c); }
+  __m512 LoadTail(int64_t r, int64_t c, __mmask16 k) const {
+    return _mm512_maskz_loadu_ps(k, base + r * cols + c);
+  }
+};
+
+struct Bf16Rows {
+  const uint16_t* base;
+  int64_t cols;
+  static __m512 Widen(__m256i h) {  // bf16 bits become the high half of each fp32: exact
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  __m512 Load(int64_t r, int64_t c) const {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * cols + c)));
+  }
+  __m512 LoadTail(int64_t r, int64_t c, __mmask16 k) const {
+    // Masked lanes are not read, so this never touches memory past the row.
+    return Widen(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(k, base + r * cols + c)));
+  }
+};
+
+struct Mxfp4Rows {
+  const uint8_t* packed;
+  const uint8_t* scales;
+  int64_t cols;
+  const Mxfp4LutRow* lut;
+  __m512 Load(int64_t r, int64_t c) const {
+    // 8 bytes hold elements c..c+15. Duplicate each byte into two dword lanes, shift the odd
+    // lanes right by 4: permutexvar reads only the low 4 index bits, so lane j indexes its own
+    // nibble (low nibble = even element) without a mask.
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
+    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shift);
+    const float* row = lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v;
+    return _mm512_permutexvar_ps(idx, _mm512_load_ps(row));
+  }
+  __m512 LoadTail(int64_t, int64_t, __mmask16) const { return _mm512_setzero_ps(); }
+};
+
+// The fixed tree of matmul.h, operands in the same order as the scalar a_l + a_{l+w}.
+float Reduce(__m512 a) {
+  const __m256 lo8 = _mm512_castps512_ps256(a);
+  const __m256 hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+  const __m256 s8 = _mm256_add_ps(lo8, hi8);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+// RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
+// 16-column block are loaded once and used for all TB activations.
+template <class L, int RB, int TB>
+void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int64_t r0,
+          int64_t t0) {
+  __m512 acc[RB][TB];
+  const float* xt[TB];
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; ++t) xt[t] = x + (t0 + t) * cols;
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    __m512 xv[TB];
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) xv[t] = _mm512_loadu_ps(xt[t] + c);
+#pragma GCC unroll 16
+    for (int r = 0; r < RB; ++r) {
+      const __m512 wv = w.Load(r0 + r, c);
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+    }
+  }
+  if (c < cols) {  // the ragged end: lanes past cols keep their value (mask3 leaves them)
+    const __mmask16 k = static_cast<__mmask16>((1u << (cols - c)) - 1u);
+    __m512 xv[TB];
+    for (int t = 0; t < TB; ++t) xv[t] = _mm512_maskz_loadu_ps(k, xt[t] + c);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 wv = w.LoadTail(r0 + r, c, k);
+      for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_mask3_fmadd_ps(wv, xv[t], acc[r][t], k);
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int t = 0; t < TB; ++t) y[(t0 + t) * rows + r0 + r] = Reduce(acc[r][t]);
+  }
+}
+
+// All activation rows for weight rows [r0, r0+RB), in tiles of up to kTB activations.
+template <class L, int RB, int kTB>
+void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+              int64_t r0) {
+  int64_t t = 0;
+  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB>(w, rows, cols, x, y, r0, t);
+  for (; t < T; ++t) Tile<L, RB, 1>(w, rows, cols, x, y, r0, t);
+}
+
+template <class L>
+void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+          int64_t r_begin, int64_t r_end) {
+  int64_t r = r_begin;
+  if (T == 1) {
+    // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
+    for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1>(w, rows, cols, x, y, r, 0);
+  } else {
+    for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 4>(w, rows, cols, x, T, y, r);
+  }
+  for (; r < r_end; ++r) RowBlock<L, 1, 4>(w, rows, cols, x, T, y, r);
+}
+
+}  // namespace
+
+void MatMulRowsAvx512(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
+                      int64_t r_end) {
+  switch (w.type) {
+    case WeightType::kF32:
+      Rows(F32Rows{static_cast<const float*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
+           r_begin, r_end);
+      return;
+    case WeightType::kBF16:
+      Rows(Bf16Rows{static_cast<const uint16_t*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
+           r_begin, r_end);
+      return;
+    case WeightType::kMXFP4:
+      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()},
+           w.rows, w.cols, x, T, y, r_begin, r_end);
+      return;
+  }
+}
+
+}  // namespace k3::kernels::internal

@@ -115,20 +115,26 @@ Status Fail(const std::string& shard, std::optional<std::string_view> tensor,
   return Status::Invalid(std::move(msg));
 }
 
-// File offset of the nth (1-based) occurrence of `"name"` in the header, for messages only.
-// Returns nullopt when the name was written with JSON escapes and so cannot be found verbatim.
+// File offset of the nth (1-based) occurrence of the key `"name":` in the header (or of
+// `"name"` when the writer put spaces before the colon), for messages only. Returns nullopt
+// when the name was written with JSON escapes and so cannot be found verbatim.
 std::optional<uint64_t> LocateKey(std::string_view json, std::string_view name, int nth) {
   std::string quoted;
-  quoted.reserve(name.size() + 2);
+  quoted.reserve(name.size() + 3);
   quoted += '"';
   quoted += name;
-  quoted += '"';
-  size_t pos = 0;
-  for (int i = 0; i < nth; ++i) {
-    pos = json.find(quoted, i == 0 ? 0 : pos + 1);
-    if (pos == std::string_view::npos) return std::nullopt;
+  quoted += "\":";
+  for (const size_t len : {quoted.size(), quoted.size() - 1}) {
+    const std::string_view needle(quoted.data(), len);
+    size_t pos = 0;
+    int found = 0;
+    for (; found < nth; ++found) {
+      pos = json.find(needle, found == 0 ? 0 : pos + 1);
+      if (pos == std::string_view::npos) break;
+    }
+    if (found == nth) return kPrefixBytes + pos;
   }
-  return kPrefixBytes + pos;
+  return std::nullopt;
 }
 
 // The SAX handler (nlohmann's SAX concept). Every callback returns false to stop the parse

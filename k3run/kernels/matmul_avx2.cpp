@@ -1,0 +1,188 @@
+// The AVX2+FMA path. The 16 lanes of one output element are two ymm registers: lanes 0..7 in
+// `lo`, 8..15 in `hi`; each fmadd is the scalar fmaf of matmul.h per lane.
+// Compiled with -mavx2 -mfma (see CMakeLists.txt): everything here is internal linkage and
+// calls nothing inline from a header (kernels_internal.h explains why).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "k3run/kernels/kernels_internal.h"
+
+namespace k3::kernels::internal {
+namespace {
+
+struct V16 {
+  __m256 lo, hi;
+};
+
+// Lanes [0, n) of a ragged end, as a blend mask (all bits set where the element exists).
+V16 TailMask(int64_t n) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i count = _mm256_set1_epi32(static_cast<int>(n));
+  return {_mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane)),
+          _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, _mm256_add_epi32(lane, _mm256_set1_epi32(8))))};
+}
+
+// n < 16 floats into a zero-padded register pair; AVX2 has no masked 16-bit loads, so ragged
+// ends go through a small buffer instead of reading past the row.
+V16 LoadPaddedF32(const float* p, int64_t n) {
+  alignas(32) float buf[16] = {};
+  for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+  return {_mm256_load_ps(buf), _mm256_load_ps(buf + 8)};
+}
+
+__m256 WidenBf16(__m128i h) {  // 8 bf16 → 8 fp32, exact
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Loaders: the 16 fp32 weights of row r, columns [c, c+16), or the first n of them.
+struct F32Rows {
+  const float* base;
+  int64_t cols;
+  V16 Load(int64_t r, int64_t c) const {
+    const float* p = base + r * cols + c;
+    return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+  }
+  V16 LoadTail(int64_t r, int64_t c, int64_t n) const { return LoadPaddedF32(base + r * cols + c, n); }
+};
+
+struct Bf16Rows {
+  const uint16_t* base;
+  int64_t cols;
+  V16 Load(int64_t r, int64_t c) const {
+    const __m128i* p = reinterpret_cast<const __m128i*>(base + r * cols + c);
+    return {WidenBf16(_mm_loadu_si128(p)), WidenBf16(_mm_loadu_si128(p + 1))};
+  }
+  V16 LoadTail(int64_t r, int64_t c, int64_t n) const {
+    alignas(32) uint16_t buf[16] = {};
+    const uint16_t* p = base + r * cols + c;
+    for (int64_t i = 0; i < n; ++i) buf[i] = p[i];
+    const __m128i* b = reinterpret_cast<const __m128i*>(buf);
+    return {WidenBf16(_mm_load_si128(b)), WidenBf16(_mm_load_si128(b + 1))};
+  }
+};
+
+struct Mxfp4Rows {
+  const uint8_t* packed;
+  const uint8_t* scales;
+  int64_t cols;
+  const Mxfp4LutRow* lut;
+  V16 Load(int64_t r, int64_t c) const {
+    // Each byte duplicated into two dword lanes, odd lanes shifted right by 4: lane j's low 3
+    // bits index the magnitude (permutevar8x32 reads only those) and bit 3 is its sign, moved
+    // to bit 31. Rows 8..15 of the table are rows 0..7 with the sign bit set, so XOR with the
+    // sign gives the same bits as the 16-entry lookup of the scalar path.
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
+    const __m128i d = _mm_unpacklo_epi8(b, b);
+    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i i0 = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), shift);
+    const __m256i i1 = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(d, 8)), shift);
+    const __m256 mag = _mm256_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
+    const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+    const __m256 s0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(i0, 28), sign));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(i1, 28), sign));
+    return {_mm256_xor_ps(_mm256_permutevar8x32_ps(mag, i0), s0),
+            _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, i1), s1)};
+  }
+  V16 LoadTail(int64_t, int64_t, int64_t) const {  // unreachable: MXFP4 cols % 32 == 0
+    return {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  }
+};
+
+// The fixed tree of matmul.h, operands in the same order as the scalar a_l + a_{l+w}.
+float Reduce(V16 a) {
+  const __m256 s8 = _mm256_add_ps(a.lo, a.hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+// RB weight rows × TB activation rows; each (row, t) pair is one register pair of lanes.
+template <class L, int RB, int TB>
+void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int64_t r0,
+          int64_t t0) {
+  V16 acc[RB][TB];
+  const float* xt[TB];
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; ++t) xt[t] = x + (t0 + t) * cols;
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) acc[r][t] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  }
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    V16 xv[TB];
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) xv[t] = {_mm256_loadu_ps(xt[t] + c), _mm256_loadu_ps(xt[t] + c + 8)};
+#pragma GCC unroll 16
+    for (int r = 0; r < RB; ++r) {
+      const V16 wv = w.Load(r0 + r, c);
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; ++t) {
+        acc[r][t].lo = _mm256_fmadd_ps(wv.lo, xv[t].lo, acc[r][t].lo);
+        acc[r][t].hi = _mm256_fmadd_ps(wv.hi, xv[t].hi, acc[r][t].hi);
+      }
+    }
+  }
+  if (c < cols) {  // the ragged end: lanes past cols keep their value (blend)
+    const int64_t n = cols - c;
+    const V16 keep = TailMask(n);
+    for (int t = 0; t < TB; ++t) {
+      const V16 xv = LoadPaddedF32(xt[t] + c, n);
+      for (int r = 0; r < RB; ++r) {
+        const V16 wv = w.LoadTail(r0 + r, c, n);
+        V16& a = acc[r][t];
+        a.lo = _mm256_blendv_ps(a.lo, _mm256_fmadd_ps(wv.lo, xv.lo, a.lo), keep.lo);
+        a.hi = _mm256_blendv_ps(a.hi, _mm256_fmadd_ps(wv.hi, xv.hi, a.hi), keep.hi);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int t = 0; t < TB; ++t) y[(t0 + t) * rows + r0 + r] = Reduce(acc[r][t]);
+  }
+}
+
+template <class L, int RB, int kTB>
+void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+              int64_t r0) {
+  int64_t t = 0;
+  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB>(w, rows, cols, x, y, r0, t);
+  for (; t < T; ++t) Tile<L, RB, 1>(w, rows, cols, x, y, r0, t);
+}
+
+template <class L>
+void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
+          int64_t r_begin, int64_t r_end) {
+  int64_t r = r_begin;
+  // 16 ymm registers: 4 rows × 1 activation or 2 × 2 leaves room for the operands.
+  if (T == 1) {
+    for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1>(w, rows, cols, x, y, r, 0);
+  } else {
+    for (; r + 2 <= r_end; r += 2) RowBlock<L, 2, 2>(w, rows, cols, x, T, y, r);
+  }
+  for (; r < r_end; ++r) RowBlock<L, 1, 2>(w, rows, cols, x, T, y, r);
+}
+
+}  // namespace
+
+void MatMulRowsAvx2(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
+                    int64_t r_end) {
+  switch (w.type) {
+    case WeightType::kF32:
+      Rows(F32Rows{static_cast<const float*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
+           r_begin, r_end);
+      return;
+    case WeightType::kBF16:
+      Rows(Bf16Rows{static_cast<const uint16_t*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
+           r_begin, r_end);
+      return;
+    case WeightType::kMXFP4:
+      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()},
+           w.rows, w.cols, x, T, y, r_begin, r_end);
+      return;
+  }
+}
+
+}  // namespace k3::kernels::internal

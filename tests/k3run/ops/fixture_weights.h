@@ -1,0 +1,29 @@
+// Weight views over conformance fixtures for the block-level cases (mla, moe, layer_*).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fixture.h"
+#include "k3run/ops/moe.h"
+#include "k3run/ops/weights.h"
+
+namespace k3::ops::testing {
+
+// `p` is the field prefix: "" for mla.json, "self_attn_" for layer_mla.json.
+MlaWeights MlaFrom(const Fixture& f, const std::string& p);
+
+// MoE weights and the F32 routed experts; `p` is "" (moe.json) or "mlp_" (layer_*.json).
+struct FixtureMoe {
+  MoeWeights w;
+  std::vector<GluWeights> experts;
+  ExpertLookup Lookup() const {
+    return [this](int64_t e) -> const GluWeights* {
+      return e >= 0 && e < static_cast<int64_t>(experts.size()) ? &experts[static_cast<size_t>(e)]
+                                                                 : nullptr;
+    };
+  }
+};
+FixtureMoe MoeFrom(const Fixture& f, const std::string& p, int64_t n_experts);
+
+}  // namespace k3::ops::testing

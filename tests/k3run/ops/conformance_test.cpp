@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fixture.h"
+#include "fixture_weights.h"
 #include "k3run/ops/activation.h"
 #include "k3run/ops/attnres.h"
 #include "k3run/ops/conv.h"
@@ -24,6 +25,7 @@ namespace k3::ops {
 namespace {
 
 using testing::AllNear;
+using testing::KdaFrom;
 using testing::Fixture;
 using testing::ManifestDims;
 using testing::MaxAbsWithin;
@@ -131,30 +133,6 @@ void RunKdaRecur(const std::string& name) {
 }
 TEST(Conformance, kda_recur1) { RunKdaRecur("kda_recur1"); }
 TEST(Conformance, kda_recur8) { RunKdaRecur("kda_recur8"); }
-
-// KDA weights from a fixture whose names are `prefix` + {q_proj, …} (kda_layer*) or the
-// state_dict names (layer_kda).
-KdaWeights KdaFrom(const Fixture& f, bool layer_names) {
-  auto n = [&](const char* short_name, const char* dict_name) {
-    return layer_names ? std::string("self_attn_") + dict_name : std::string(short_name);
-  };
-  KdaWeights w;
-  w.q_proj = f.F32(n("q_proj", "q_proj_weight"));
-  w.k_proj = f.F32(n("k_proj", "k_proj_weight"));
-  w.v_proj = f.F32(n("v_proj", "v_proj_weight"));
-  w.f_a_proj = f.F32(n("f_a", "f_a_proj_weight"));
-  w.f_b_proj = f.F32(n("f_b", "f_b_proj_weight"));
-  w.b_proj = f.F32(n("b_proj", "b_proj_weight"));
-  w.g_proj = f.F32(n("g_proj", "g_proj_weight"));
-  w.o_proj = f.F32(n("o_proj", "o_proj_weight"));
-  w.q_conv = f.V(n("q_conv", "q_conv1d_weight"));
-  w.k_conv = f.V(n("k_conv", "k_conv1d_weight"));
-  w.v_conv = f.V(n("v_conv", "v_conv1d_weight"));
-  w.A_log = f.V(n("A_log", "A_log"));
-  w.dt_bias = f.V(n("dt_bias", "dt_bias"));
-  w.o_norm = f.V(n("o_norm", "o_norm_weight"));
-  return w;
-}
 
 void RunKdaLayer(const std::string& name) {
   const Fixture f = Fixture::Load(name);

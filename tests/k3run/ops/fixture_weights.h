@@ -10,6 +10,10 @@
 
 namespace k3::ops::testing {
 
+// kda_layer*.json short names (q_proj, f_a, q_conv, ...) or, with layer_names, the
+// layer_kda.json state_dict names (self_attn_q_proj_weight, ...).
+KdaWeights KdaFrom(const Fixture& f, bool layer_names);
+
 // `p` is the field prefix: "" for mla.json, "self_attn_" for layer_mla.json.
 MlaWeights MlaFrom(const Fixture& f, const std::string& p);
 

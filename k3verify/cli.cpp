@@ -29,6 +29,7 @@ int Main(int argc, char** argv) {
   CLI::App app("k3verify: audit K3 checkpoints and prepared directories", "k3verify");
   app.set_version_flag("--version", "k3verify 0.1.0");
   app.require_subcommand(1);
+  app.fallthrough();  // --quiet, --progress, --json also after the subcommand
   OutputOptions out;
   AddOutputFlags(&app, &out);
   AddJsonFlag(&app, &out);

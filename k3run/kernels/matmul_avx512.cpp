@@ -8,6 +8,12 @@
 
 #include "k3run/kernels/kernels_internal.h"
 
+// GCC 12's AVX-512 intrinsics build their "don't care" operands as `__m512 __Y = __Y;`
+// (_mm512_undefined_*), which -Wuninitialized reports at every expansion site in this file.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace k3::kernels::internal {
 namespace {
 
@@ -149,3 +155,5 @@ void MatMulRowsAvx512(const Matrix& w, const float* x, int64_t T, float* y, int6
 }
 
 }  // namespace k3::kernels::internal
+
+#pragma GCC diagnostic pop

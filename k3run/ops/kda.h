@@ -18,9 +18,9 @@ namespace k3::ops {
 struct KdaState {
   int64_t heads = 0, head_dim = 0, conv_k = 0;
   std::vector<float> S;       // [H][D][D], row i = key channel, column j = value channel
-  std::vector<float> conv_q;  // [P][K−1] raw pre-conv q inputs, oldest first
-  std::vector<float> conv_k;  // [P][K−1]
-  std::vector<float> conv_v;  // [P][K−1]
+  std::vector<float> hist_q;  // [P][K−1] raw pre-conv q inputs, oldest first
+  std::vector<float> hist_k;  // [P][K−1]
+  std::vector<float> hist_v;  // [P][K−1]
 
   static KdaState Zero(const Dims& d);  // sized for d, all zeros (start of a sequence)
   void Reset();                         // back to zeros, keeping sizes

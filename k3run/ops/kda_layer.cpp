@@ -27,9 +27,9 @@ void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, Kda
   kernels::MatMul(w.g_proj, x, T, gate.data());
 
   // 2. short causal conv with SiLU, each stream with its own taps and carried history
-  ShortConv(q.data(), T, P, K, w.q_conv.data(), st->conv_q.data(), q.data());
-  ShortConv(k.data(), T, P, K, w.k_conv.data(), st->conv_k.data(), k.data());
-  ShortConv(v.data(), T, P, K, w.v_conv.data(), st->conv_v.data(), v.data());
+  ShortConv(q.data(), T, P, K, w.q_conv.data(), st->hist_q.data(), q.data());
+  ShortConv(k.data(), T, P, K, w.k_conv.data(), st->hist_k.data(), k.data());
+  ShortConv(v.data(), T, P, K, w.v_conv.data(), st->hist_v.data(), v.data());
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(D));  // fp32(1/sqrtf(D))
   std::vector<float> g = buf(P), alpha = buf(P), o = buf(T * P);

@@ -14,14 +14,14 @@ KdaState KdaState::Zero(const Dims& d) {
   const int64_t P = d.kda_width();
   const int64_t hist = d.conv_k > 0 ? d.conv_k - 1 : 0;
   s.S.assign(static_cast<size_t>(d.kda_heads * d.kda_head_dim * d.kda_head_dim), 0.0f);
-  s.conv_q.assign(static_cast<size_t>(P * hist), 0.0f);
-  s.conv_k.assign(static_cast<size_t>(P * hist), 0.0f);
-  s.conv_v.assign(static_cast<size_t>(P * hist), 0.0f);
+  s.hist_q.assign(static_cast<size_t>(P * hist), 0.0f);
+  s.hist_k.assign(static_cast<size_t>(P * hist), 0.0f);
+  s.hist_v.assign(static_cast<size_t>(P * hist), 0.0f);
   return s;
 }
 
 void KdaState::Reset() {
-  for (auto* v : {&S, &conv_q, &conv_k, &conv_v}) std::fill(v->begin(), v->end(), 0.0f);
+  for (auto* v : {&S, &hist_q, &hist_k, &hist_v}) std::fill(v->begin(), v->end(), 0.0f);
 }
 
 void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t H, int64_t D,

@@ -43,7 +43,9 @@ TEST(Mxfp4Decode, EveryScaleByteAndCodeIsExact) {
         const bool overflows = std::fabs(exact) >= 0x1p128;
         const float inf = std::numeric_limits<float>::infinity();
         want[r] = overflows ? (exact > 0 ? inf : -inf) : static_cast<float>(exact);
-        if (!overflows) ASSERT_EQ(static_cast<double>(want[r]), exact) << "test bug: inexact";
+        if (!overflows) {
+          ASSERT_EQ(static_cast<double>(want[r]), exact) << "test bug: inexact";
+        }
         ++r;
       }
     }

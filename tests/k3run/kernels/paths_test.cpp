@@ -90,8 +90,8 @@ TEST_P(PathTest, RaggedEndLeavesMissingLanesUntouched) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, PathTest, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) {
-                           return std::string(IsaName(info.param));
+                         [](const ::testing::TestParamInfo<Isa>& p) {
+                           return std::string(IsaName(p.param));
                          });
 
 // Row t of MatMul(T) equals MatVec of that row alone, on every supported path and thread

@@ -1,0 +1,192 @@
+// Bit-identity of the operators (DESIGN.md §7): across ISA paths, across 1/2/3 threads, and
+// T rows in one call == T single-row calls with carried state (KDA, MLA KV cache, MoE, layers).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "k3run/kernels/matmul.h"
+#include "k3run/ops/layer.h"
+#include "random_model.h"
+
+namespace k3::ops {
+namespace {
+
+using testing::RandomDims;
+using testing::RandomModel;
+
+::testing::AssertionResult SameBits(const std::string& what, const std::vector<float>& a,
+                                    const std::vector<float>& b) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << what << ": sizes " << a.size() << " vs " << b.size();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure() << what << "[" << i << "]: " << a[i] << " vs " << b[i]
+                                           << " (bits differ)";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Restores the process-wide kernel settings a test changes.
+class KernelSettings {
+ public:
+  KernelSettings() : isa_(kernels::ActiveIsa()), threads_(kernels::Threads()) {}
+  ~KernelSettings() {
+    kernels::SetIsa(isa_);
+    kernels::SetThreads(threads_);
+  }
+
+ private:
+  kernels::Isa isa_;
+  int threads_;
+};
+
+constexpr int64_t kT = 5;
+
+TEST(Identity, KdaLayerTRowsEqualSingleSteps) {
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const LayerWeights w = m.Layer(false, false);
+  const std::vector<float> x = m.Activations(kT * d.hidden);
+  KdaState batch = KdaState::Zero(d), step = KdaState::Zero(d);
+  std::vector<float> yb(x.size()), ys(x.size());
+  KdaLayer(w.kda, d, x.data(), kT, &batch, yb.data());
+  for (int64_t t = 0; t < kT; ++t)
+    KdaLayer(w.kda, d, x.data() + t * d.hidden, 1, &step, ys.data() + t * d.hidden);
+  EXPECT_TRUE(SameBits("kda out", yb, ys));
+  EXPECT_TRUE(SameBits("kda S", batch.S, step.S));
+  EXPECT_TRUE(SameBits("kda q history", batch.hist_q, step.hist_q));
+  EXPECT_TRUE(SameBits("kda k history", batch.hist_k, step.hist_k));
+  EXPECT_TRUE(SameBits("kda v history", batch.hist_v, step.hist_v));
+}
+
+TEST(Identity, MlaTRowsEqualSingleStepsAndPrefillThenDecode) {
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const LayerWeights w = m.Layer(true, false);
+  const std::vector<float> x = m.Activations(kT * d.hidden);
+  MlaCache batch = MlaCache::Make(d, kT), step = MlaCache::Make(d, kT), mixed = MlaCache::Make(d, kT);
+  std::vector<float> yb(x.size()), ys(x.size()), ym(x.size());
+  ASSERT_TRUE(MlaLayer(w.mla, d, x.data(), kT, &batch, yb.data()).ok());
+  for (int64_t t = 0; t < kT; ++t)
+    ASSERT_TRUE(MlaLayer(w.mla, d, x.data() + t * d.hidden, 1, &step, ys.data() + t * d.hidden).ok());
+  // prefill 2 rows, then decode the rest one at a time
+  ASSERT_TRUE(MlaLayer(w.mla, d, x.data(), 2, &mixed, ym.data()).ok());
+  for (int64_t t = 2; t < kT; ++t)
+    ASSERT_TRUE(MlaLayer(w.mla, d, x.data() + t * d.hidden, 1, &mixed, ym.data() + t * d.hidden).ok());
+  EXPECT_TRUE(SameBits("mla out (single steps)", yb, ys));
+  EXPECT_TRUE(SameBits("mla out (prefill 2 + decode)", yb, ym));
+  EXPECT_TRUE(SameBits("mla kv cache", batch.kv, step.kv));
+  EXPECT_TRUE(SameBits("mla rope cache", batch.rope_k, step.rope_k));
+  EXPECT_EQ(batch.len, kT);
+}
+
+TEST(Identity, MoeTRowsEqualSingleSteps) {
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const LayerWeights w = m.Layer(false, false);
+  const std::vector<float> x = m.Activations(kT * d.hidden, 2.0f);
+  std::vector<float> yb(x.size()), ys(x.size());
+  MoeStats sb, ss;
+  MoeBlock(w.moe, m.Experts(), d, x.data(), kT, yb.data(), &sb);
+  for (int64_t t = 0; t < kT; ++t)
+    MoeBlock(w.moe, m.Experts(), d, x.data() + t * d.hidden, 1, ys.data() + t * d.hidden, &ss);
+  EXPECT_TRUE(SameBits("moe out", yb, ys));
+  EXPECT_EQ(sb.experts_skipped, 0);
+}
+
+// A 5-layer stack with the tiny preset's structure at block size 2: KDA dense, KDA MoE,
+// MLA MoE (boundary), MLA MoE, KDA MoE (boundary), then the model-level aggregation.
+struct Stack {
+  Dims d = RandomDims();
+  RandomModel m{d};
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm = std::vector<float>(static_cast<size_t>(d.hidden), 1.0f);
+  std::vector<float> final_proj;
+  Stack() {
+    layers.push_back(m.Layer(false, true));
+    layers.push_back(m.Layer(false, false));
+    layers.push_back(m.Layer(true, false));
+    layers.push_back(m.Layer(true, false));
+    layers.push_back(m.Layer(false, false));
+    final_proj = m.Activations(d.hidden, 0.3f);
+  }
+  int64_t capacity() const { return static_cast<int64_t>(layers.size()) / d.attn_res_block + 1; }
+
+  // Runs rows [t0, t0+T) of x through the stack with carried states; returns their outputs.
+  std::vector<float> Run(const std::vector<float>& x, int64_t t0, int64_t T,
+                         std::vector<KdaState>* kda, std::vector<MlaCache>* mla) {
+    const int64_t E = d.hidden;
+    std::vector<float> h(x.begin() + t0 * E, x.begin() + (t0 + T) * E);
+    BlockStack blocks = BlockStack::Make(T, E, capacity());
+    MoeStats stats;
+    for (size_t L = 0; L < layers.size(); ++L) {
+      const Status s = DecoderLayer(static_cast<int64_t>(L), layers[L], m.Experts(), d, h.data(),
+                                    T, &blocks, {&(*kda)[L], &(*mla)[L]}, &stats);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    FinalAttnRes(blocks, final_norm.data(), final_proj.data(), d.rms_eps, h.data(), T);
+    EXPECT_EQ(stats.experts_skipped, 0);
+    return h;
+  }
+  std::vector<KdaState> FreshKda() const { return std::vector<KdaState>(layers.size(), KdaState::Zero(d)); }
+  std::vector<MlaCache> FreshMla() const {
+    return std::vector<MlaCache>(layers.size(), MlaCache::Make(d, kT));
+  }
+  // All rows at once.
+  std::vector<float> Prefill(const std::vector<float>& x) {
+    auto kda = FreshKda();
+    auto mla = FreshMla();
+    return Run(x, 0, kT, &kda, &mla);
+  }
+};
+
+TEST(Identity, DecoderLayersTRowsEqualSingleSteps) {
+  Stack s;
+  const std::vector<float> x = s.m.Activations(kT * s.d.hidden);
+  const std::vector<float> batch = s.Prefill(x);
+  auto kda = s.FreshKda();
+  auto mla = s.FreshMla();
+  std::vector<float> steps;
+  for (int64_t t = 0; t < kT; ++t) {
+    const std::vector<float> y = s.Run(x, t, 1, &kda, &mla);
+    steps.insert(steps.end(), y.begin(), y.end());
+  }
+  EXPECT_TRUE(SameBits("5-layer stack output", batch, steps));
+}
+
+TEST(Identity, ThreadCountsOneTwoThree) {
+  KernelSettings restore;
+  Stack s;
+  const std::vector<float> x = s.m.Activations(kT * s.d.hidden);
+  kernels::SetThreads(1);
+  const std::vector<float> ref = s.Prefill(x);
+  for (int n : {2, 3}) {
+    kernels::SetThreads(n);
+    EXPECT_TRUE(SameBits("stack output with " + std::to_string(n) + " threads vs 1", s.Prefill(x), ref));
+  }
+}
+
+void CheckIsaMatchesScalar(kernels::Isa isa) {
+  if (!kernels::IsaSupported(isa))
+    GTEST_SKIP() << kernels::IsaName(isa) << " not supported by this CPU";
+  KernelSettings restore;
+  Stack s;
+  const std::vector<float> x = s.m.Activations(kT * s.d.hidden);
+  kernels::SetIsa(kernels::Isa::kScalar);
+  const std::vector<float> ref = s.Prefill(x);
+  kernels::SetIsa(isa);
+  for (int n : {1, 3}) {
+    kernels::SetThreads(n);
+    EXPECT_TRUE(SameBits(std::string("stack output on ") + kernels::IsaName(isa) + " with " +
+                             std::to_string(n) + " threads vs scalar",
+                         s.Prefill(x), ref));
+  }
+}
+TEST(Identity, Avx2MatchesScalar) { CheckIsaMatchesScalar(kernels::Isa::kAvx2); }
+TEST(Identity, Avx512MatchesScalar) { CheckIsaMatchesScalar(kernels::Isa::kAvx512); }
+
+}  // namespace
+}  // namespace k3::ops

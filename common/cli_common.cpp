@@ -1,6 +1,5 @@
 #include "common/cli_common.h"
 
-#include <unistd.h>
 
 #include <exception>
 #include <new>
@@ -9,20 +8,6 @@
 #include "common/log.h"
 
 namespace k3 {
-namespace {
-
-void WriteStderr(const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    const ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n <= 0) return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
-}  // namespace
 
 void AddOutputFlags(CLI::App* app, OutputOptions* out) {
   // --progress is defined before --quiet: CLI11 runs option callbacks in definition order, so

@@ -15,8 +15,14 @@ void WriteLine(std::string_view prefix, std::string_view msg) {
   std::string line;
   line.reserve(prefix.size() + msg.size() + 1);
   line.append(prefix).append(msg).push_back('\n');
-  const char* p = line.data();
-  size_t left = line.size();
+  WriteStderr(line);
+}
+
+}  // namespace
+
+void WriteStderr(std::string_view text) {
+  const char* p = text.data();
+  size_t left = text.size();
   while (left > 0) {
     const ssize_t n = ::write(STDERR_FILENO, p, left);
     if (n <= 0) return;  // stderr closed or broken: nothing better to do
@@ -24,8 +30,6 @@ void WriteLine(std::string_view prefix, std::string_view msg) {
     left -= static_cast<size_t>(n);
   }
 }
-
-}  // namespace
 
 void SetQuiet(bool quiet) { g_quiet.store(quiet); }
 bool Quiet() { return g_quiet.load(); }

@@ -17,4 +17,8 @@ void LogInfo(std::string_view msg);   // "msg\n" unless quiet
 void LogWarn(std::string_view msg);   // "warning: msg\n", always (a warning is never noise)
 void LogError(std::string_view msg);  // "error: msg\n", always
 
+// Writes `text` to stderr as is, with as few write(2) calls as the OS allows (for progress
+// redraws and error reports that carry their own line endings).
+void WriteStderr(std::string_view text);
+
 }  // namespace k3

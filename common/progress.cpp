@@ -16,16 +16,6 @@ double SteadySeconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-void WriteStderr(std::string_view s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    const ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n <= 0) return;
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
 
 // Rate samples closer together than this are noise; the EMA time constant smooths the rest.
 constexpr double kRateSampleSeconds = 0.5;

@@ -1,6 +1,5 @@
 #include "common/cli_common.h"
 
-
 #include <exception>
 #include <new>
 #include <string>

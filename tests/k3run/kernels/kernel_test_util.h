@@ -3,11 +3,17 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "k3run/kernels/matmul.h"
+
+namespace k3::kernels {
+// So a failing parameterised test names the path instead of "1-byte object <01>".
+inline void PrintTo(Isa isa, std::ostream* os) { *os << IsaName(isa); }
+}  // namespace k3::kernels
 
 namespace k3::kernels::testing {
 

@@ -12,7 +12,6 @@
 namespace k3::ops {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::RandomDims;
 using testing::RandomModel;
 

@@ -453,3 +453,712 @@ bool ParseHex64(const std::string& s, uint64_t* v) {
   return true;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Windows: what one buffer holds. Segments tile [begin, end): source bytes or zero padding, cut
+// at piece and unit boundaries so the hashing side never has to split them again.
+
+struct Seg {
+  uint64_t dst = 0;
+  uint64_t len = 0;
+  int64_t piece = -1;  // index into the stream's pieces; -1: zero padding
+};
+
+struct Window {
+  size_t stream = 0;
+  uint64_t begin = 0, end = 0;
+  std::vector<Seg> segs;
+};
+
+std::vector<Window> MakeWindows(const Plan& plan, uint64_t window_bytes) {
+  std::vector<Window> out;
+  for (size_t si = 0; si < plan.streams.size(); ++si) {
+    const Stream& s = plan.streams[si];
+    size_t pi = 0;
+    size_t uk = 0;
+    while (uk < s.units.size()) {
+      if (plan.units[s.units[uk]].reused) {
+        ++uk;
+        continue;
+      }
+      // A maximal run of units to (re)do: [a, b).
+      const uint64_t a = plan.units[s.units[uk]].begin;
+      size_t last = uk;
+      while (last + 1 < s.units.size() && !plan.units[s.units[last + 1]].reused) ++last;
+      const uint64_t b = plan.units[s.units[last]].end;
+      for (uint64_t ws = a; ws < b;) {
+        const uint64_t we = std::min(b, ws + window_bytes);
+        Window w;
+        w.stream = si;
+        w.begin = ws;
+        w.end = we;
+        uint64_t pos = ws;
+        while (pi < s.pieces.size() && s.pieces[pi].dst + s.pieces[pi].len <= pos) ++pi;
+        while (pos < we) {
+          while (plan.units[s.units[uk]].end <= pos) ++uk;
+          const uint64_t unit_end = plan.units[s.units[uk]].end;
+          if (pi < s.pieces.size() && s.pieces[pi].dst <= pos) {
+            const Piece& p = s.pieces[pi];
+            const uint64_t end = std::min({p.dst + p.len, we, unit_end});
+            w.segs.push_back(Seg{pos, end - pos, static_cast<int64_t>(pi)});
+            pos = end;
+            if (pos == p.dst + p.len) ++pi;
+          } else {
+            uint64_t end = std::min(we, unit_end);
+            if (pi < s.pieces.size()) end = std::min(end, s.pieces[pi].dst);
+            w.segs.push_back(Seg{pos, end - pos, -1});
+            pos = end;
+          }
+        }
+        out.push_back(std::move(w));
+        ws = we;
+      }
+      uk = last + 1;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pipeline: a reader fills window buffers (batched reads), the consumer hashes in dst order
+// and writes. Everything that decides a hash runs on the consumer, in window order.
+
+class Packer {
+ public:
+  Packer(Env* env, Plan* plan, const PackOptions& o, PackStats* stats)
+      : env_(env), plan_(plan), o_(o), stats_(stats) {}
+
+  Status OpenSources() {
+    for (const std::string& path : plan_->sources) {
+      K3_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->Open(path, OpenMode::kReadDirect));
+      sources_.push_back(std::move(f));
+    }
+    return Status::Ok();
+  }
+
+  // Opens every written stream's temporary file: kept (read-write) when resume reuses part of
+  // it, else created empty.
+  Status OpenOutputs() {
+    outputs_.resize(plan_->streams.size());
+    std::vector<bool> keep(plan_->streams.size(), false);
+    for (const Unit& u : plan_->units) keep[u.stream] = keep[u.stream] || u.reused;
+    for (size_t i = 0; i < plan_->streams.size(); ++i) {
+      const Stream& s = plan_->streams[i];
+      if (s.final_path.empty()) continue;
+      K3_ASSIGN_OR_RETURN(outputs_[i],
+                          env_->Open(TempPathFor(s.final_path),
+                                     keep[i] ? OpenMode::kReadWrite : OpenMode::kCreate));
+    }
+    return Status::Ok();
+  }
+
+  Status StartJournal(const std::string& path, const std::string& initial) {
+    journal_path_ = path;
+    K3_RETURN_IF_ERROR(WriteFileAtomic(env_, path, initial));
+    K3_ASSIGN_OR_RETURN(journal_, env_->Open(path, OpenMode::kReadWrite));
+    journal_size_ = initial.size();
+    return Status::Ok();
+  }
+
+  Status Run(const std::vector<Window>& windows, Progress* progress) {
+    progress_ = progress;
+    Status s = o_.jobs <= 1 ? RunSerial(windows) : RunOverlapped(windows);
+    if (!s.ok()) {
+      // Keep what is finished for --resume; the original error is what the user needs.
+      (void)FlushJournal();
+      return s;
+    }
+    return FlushJournal();
+  }
+
+  // Truncates each temporary output to its planned size, fsyncs and closes it.
+  Status FinishOutputs() {
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      if (!outputs_[i]) continue;
+      K3_RETURN_IF_ERROR(outputs_[i]->Truncate(plan_->streams[i].size));
+      K3_RETURN_IF_ERROR(outputs_[i]->Sync());
+      K3_RETURN_IF_ERROR(outputs_[i]->Close());
+      outputs_[i].reset();
+    }
+    if (journal_) {
+      Status s = journal_->Close();
+      journal_.reset();
+      return s;
+    }
+    return Status::Ok();
+  }
+
+  const std::string& backend() const { return backend_; }
+
+ private:
+  static constexpr size_t kBuffers = 3;
+
+  Status Fill(const Window& w, uint8_t* buf, BatchReader* reader) {
+    const Stream& s = plan_->streams[w.stream];
+    std::vector<ReadRequest> reqs;
+    for (const Seg& seg : w.segs) {
+      uint8_t* dst = buf + (seg.dst - w.begin);
+      if (seg.piece < 0) {
+        std::memset(dst, 0, seg.len);
+        continue;
+      }
+      const Piece& p = s.pieces[static_cast<size_t>(seg.piece)];
+      File* file = sources_[p.src].get();
+      const uint64_t off = p.src_off + (seg.dst - p.dst);
+      if (!reqs.empty()) {
+        ReadRequest& prev = reqs.back();
+        if (prev.file == file && prev.offset + prev.length == off &&
+            static_cast<uint8_t*>(prev.dst) + prev.length == dst) {
+          prev.length += seg.len;
+          continue;
+        }
+      }
+      ReadRequest r;
+      r.file = file;
+      r.offset = off;
+      r.length = seg.len;
+      r.dst = dst;
+      reqs.push_back(std::move(r));
+    }
+    return reader->ReadAll(reqs);
+  }
+
+  Status Consume(const Window& w, const uint8_t* buf) {
+    Stream& s = plan_->streams[w.stream];
+    for (const Seg& seg : w.segs) {
+      const uint8_t* data = buf + (seg.dst - w.begin);
+      // The unit this segment belongs to (segments never cross unit ends).
+      while (plan_->units[s.units[unit_cursor_[w.stream]]].end <= seg.dst) ++unit_cursor_[w.stream];
+      const size_t unit_id = s.units[unit_cursor_[w.stream]];
+      Unit& unit = plan_->units[unit_id];
+      if (unit_id != cur_unit_) {
+        cur_unit_ = unit_id;
+        unit_hash_ = std::make_unique<Xxh3_128Stream>();
+        if (unit.layer >= 0) {
+          progress_->SetStatus(s.label + " layer " + std::to_string(unit.layer) + "/" +
+                               std::to_string(plan_->config.n_layers - 1));
+        } else {
+          progress_->SetStatus(s.label);
+        }
+      }
+      unit_hash_->Update(data, seg.len);
+      if (seg.piece >= 0) {
+        const Piece& p = s.pieces[static_cast<size_t>(seg.piece)];
+        stats_->bytes_read += seg.len;
+        if (p.region >= 0) {
+          Region& r = plan_->regions[static_cast<size_t>(p.region)];
+          if (p.region != cur_region_) {
+            cur_region_ = p.region;
+            region_hash_ = std::make_unique<Xxh3_128Stream>();
+            region_left_ = r.length;
+          }
+          region_hash_->Update(data, seg.len);
+          region_left_ -= seg.len;
+          if (region_left_ == 0) r.xxh3_128 = region_hash_->Digest();
+        }
+        if (p.expert >= 0) {
+          const size_t e = static_cast<size_t>(p.expert);
+          if (p.expert != cur_expert_) {
+            cur_expert_ = p.expert;
+            expert_hash_ = std::make_unique<Xxh3_64Stream>();
+            expert_left_ = plan_->expert_bytes;
+          }
+          expert_hash_->Update(data, seg.len);
+          expert_left_ -= seg.len;
+          if (expert_left_ == 0) {
+            plan_->records[e].xxh3_64 = expert_hash_->Digest();
+            plan_->expert_hashed[e] = true;
+          }
+        }
+      }
+      if (seg.dst + seg.len == unit.end) {
+        unit.span = unit_hash_->Digest();
+        if (!s.final_path.empty()) pending_.push_back(unit_id);
+      }
+    }
+    if (File* out = outputs_[w.stream].get()) {
+      K3_RETURN_IF_ERROR(out->WriteExact(w.begin, buf, w.end - w.begin));
+      stats_->bytes_written += w.end - w.begin;
+      unflushed_ += w.end - w.begin;
+      dirty_[w.stream] = true;
+    }
+    progress_->Add(w.end - w.begin);
+    const bool stream_done = w.end == s.size;
+    if (unflushed_ >= o_.journal_flush_bytes || (stream_done && !pending_.empty())) {
+      K3_RETURN_IF_ERROR(FlushJournal());
+    }
+    return Status::Ok();
+  }
+
+  // Makes finished units durable: fsync the outputs they live in, then append their lines.
+  Status FlushJournal() {
+    unflushed_ = 0;
+    if (pending_.empty() || !journal_) return Status::Ok();
+    for (auto& [stream, dirty] : dirty_) {
+      if (dirty) K3_RETURN_IF_ERROR(outputs_[stream]->Sync());
+      dirty = false;
+    }
+    std::string text;
+    for (size_t u : pending_) text += JournalLine(*plan_, u);
+    pending_.clear();
+    K3_RETURN_IF_ERROR(journal_->WriteExact(journal_size_, text.data(), text.size()));
+    journal_size_ += text.size();
+    return journal_->Sync();
+  }
+
+  Status RunSerial(const std::vector<Window>& windows) {
+    std::unique_ptr<BatchReader> reader =
+        BatchReader::Create(BatchReader::kDefaultQueueDepth, o_.force_pread);
+    backend_ = std::string(reader->backend());
+    K3_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(o_.window_bytes, 4096));
+    InitCursors();
+    for (const Window& w : windows) {
+      K3_RETURN_IF_ERROR(Fill(w, buf.data(), reader.get()));
+      K3_RETURN_IF_ERROR(Consume(w, buf.data()));
+    }
+    return Status::Ok();
+  }
+
+  // The reader thread runs up to kBuffers windows ahead of the consumer (this thread).
+  Status RunOverlapped(const std::vector<Window>& windows) {
+    std::unique_ptr<BatchReader> reader =
+        BatchReader::Create(BatchReader::kDefaultQueueDepth, o_.force_pread);
+    backend_ = std::string(reader->backend());
+    std::vector<AlignedBuffer> bufs;
+    for (size_t i = 0; i < kBuffers; ++i) {
+      K3_ASSIGN_OR_RETURN(AlignedBuffer b, AlignedBuffer::Allocate(o_.window_bytes, 4096));
+      bufs.push_back(std::move(b));
+    }
+    InitCursors();
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t filled = 0, consumed = 0;
+    bool stop = false;
+    std::vector<Status> fill_status(kBuffers);
+    std::thread thread([&] {
+      for (size_t i = 0; i < windows.size(); ++i) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || filled - consumed < kBuffers; });
+          if (stop) return;
+        }
+        Status s = Fill(windows[i], bufs[i % kBuffers].data(), reader.get());
+        const bool failed = !s.ok();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          fill_status[i % kBuffers] = std::move(s);
+          ++filled;
+        }
+        cv.notify_all();
+        if (failed) return;
+      }
+    });
+    Status result;
+    for (size_t i = 0; i < windows.size(); ++i) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return filled > i; });
+        result = fill_status[i % kBuffers];
+      }
+      if (result.ok()) result = Consume(windows[i], bufs[i % kBuffers].data());
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++consumed;
+        if (!result.ok()) stop = true;
+      }
+      cv.notify_all();
+      if (!result.ok()) break;
+    }
+    thread.join();
+    return result;
+  }
+
+  void InitCursors() {
+    unit_cursor_.assign(plan_->streams.size(), 0);
+  }
+
+  Env* env_;
+  Plan* plan_;
+  const PackOptions& o_;
+  PackStats* stats_;
+  Progress* progress_ = nullptr;
+  std::string backend_;
+  std::vector<std::unique_ptr<File>> sources_;
+  std::vector<std::unique_ptr<File>> outputs_;
+  std::unique_ptr<File> journal_;
+  std::string journal_path_;
+  uint64_t journal_size_ = 0;
+  std::vector<size_t> pending_;
+  std::map<size_t, bool> dirty_;
+  uint64_t unflushed_ = 0;
+  std::vector<size_t> unit_cursor_;
+  size_t cur_unit_ = SIZE_MAX;
+  int32_t cur_region_ = -1, cur_expert_ = -1;
+  uint64_t region_left_ = 0, expert_left_ = 0;
+  std::unique_ptr<Xxh3_128Stream> unit_hash_, region_hash_;
+  std::unique_ptr<Xxh3_64Stream> expert_hash_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Resume: re-verify journaled units against their temporary files.
+
+Result<Hash128> HashSpan(Env* env, const std::string& path, uint64_t begin, uint64_t end,
+                         std::vector<uint8_t>* buf) {
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->Open(path, OpenMode::kRead));
+  Xxh3_128Stream h;
+  for (uint64_t pos = begin; pos < end;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(end - pos, buf->size()));
+    K3_RETURN_IF_ERROR(f->ReadExact(pos, n, buf->data()));
+    h.Update(buf->data(), n);
+    pos += n;
+  }
+  return h.Digest();
+}
+
+// Marks matching units reused and returns the journal text to continue from.
+std::string ReverifyJournal(Env* env, const std::string& journal_path, const Hash128& identity,
+                            Plan* plan, PackStats* stats, uint64_t window_bytes) {
+  const std::string header = JournalHeader(identity);
+  if (!env->Exists(journal_path)) return header;
+  Result<std::string> text = ReadFileToString(env, journal_path);
+  if (!text.ok()) {
+    LogWarn("resume: cannot read " + journal_path + " (" + text.status().message() +
+            "); redoing everything");
+    return header;
+  }
+  bool identity_ok = false;
+  std::map<size_t, JournalEntry> entries =
+      ParseJournal(*text, identity, plan->units.size(), &identity_ok);
+  if (!identity_ok) {
+    LogWarn("resume: " + journal_path +
+            " belongs to a different checkpoint, mode or output plan; redoing everything");
+    return header;
+  }
+  std::string out = header;
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(window_bytes, 8 << 20)));
+  for (auto& [index, e] : entries) {
+    Unit& u = plan->units[index];
+    const Stream& s = plan->streams[u.stream];
+    if (s.final_path.empty() || e.hashes.size() != u.regions.size() + u.experts.size()) continue;
+    std::vector<Hash128> rh(u.regions.size());
+    std::vector<uint64_t> eh(u.experts.size());
+    bool parsed = true;
+    for (size_t i = 0; i < rh.size(); ++i) parsed = parsed && Hash128::FromHex(e.hashes[i], &rh[i]);
+    for (size_t i = 0; i < eh.size(); ++i) {
+      parsed = parsed && ParseHex64(e.hashes[rh.size() + i], &eh[i]);
+    }
+    if (!parsed) continue;
+    const std::string tmp = TempPathFor(s.final_path);
+    if (!env->Exists(tmp)) continue;
+    Result<Hash128> got = HashSpan(env, tmp, u.begin, u.end, &buf);
+    stats->bytes_reverified += u.end - u.begin;
+    if (!got.ok() || *got != e.span) continue;  // short, unreadable or changed: redo it
+    u.reused = true;
+    u.span = e.span;
+    for (size_t i = 0; i < rh.size(); ++i) {
+      plan->regions[static_cast<size_t>(u.regions[i])].xxh3_128 = rh[i];
+    }
+    for (size_t i = 0; i < eh.size(); ++i) {
+      const size_t rec = static_cast<size_t>(u.experts[i]);
+      plan->records[rec].xxh3_64 = eh[i];
+      plan->expert_hashed[rec] = true;
+    }
+    ++stats->units_reused;
+    stats->regions_reused += u.regions.size();
+    stats->experts_reused += u.experts.size();
+    out += JournalLine(*plan, index);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output directory state, free space, and the finish.
+
+struct OutputFile {
+  std::string final_path;
+  uint64_t size = 0;
+};
+
+// Every file a pack would leave under a final name, with its expected size (k3.json and k3.sum
+// have estimated sizes: they are checked for existence only).
+std::vector<OutputFile> FinalOutputs(const Plan& plan, const std::string& out,
+                                     const std::vector<uint64_t>& tokenizer_sizes) {
+  std::vector<OutputFile> files;
+  for (const Stream& s : plan.streams) {
+    if (!s.final_path.empty()) files.push_back(OutputFile{s.final_path, s.size});
+  }
+  for (size_t i = 0; i < plan.tokenizer_files.size(); ++i) {
+    files.push_back(OutputFile{
+        JoinPath(JoinPath(out, std::string(kTokenizerDir)), plan.tokenizer_files[i]),
+        tokenizer_sizes[i]});
+  }
+  uint64_t table = 0;
+  for (const FileEntry& f : plan.expert_files) table += 4 + f.path.size();
+  const uint64_t idx = kExpertsIndexHeaderSize + AlignUp(table, kPathTableAlign) +
+                       uint64_t{kExpertRecordSize} * plan.records.size();
+  files.push_back(OutputFile{JoinPath(out, std::string(kExpertsIndexFile)), idx});
+  // The manifest: ~300 bytes per region plus the config and file lists.
+  files.push_back(OutputFile{JoinPath(out, std::string(kManifestFile)),
+                             (uint64_t{64} << 10) + 512 * plan.regions.size()});
+  return files;
+}
+
+Status CheckOutputState(Env* env, const PackOptions& o, const std::vector<OutputFile>& files) {
+  if (env->Exists(o.out) && !env->IsDirectory(o.out)) {
+    return Status::Invalid(o.out + ": --out exists and is not a directory");
+  }
+  const std::string sum = JoinPath(o.out, std::string(kSumFile));
+  if (env->Exists(sum)) {
+    return Status::Invalid(o.out + ": already holds a complete prepared directory (" + sum +
+                           " exists); check it with k3verify prepared, or delete it / choose "
+                           "another --out to pack again");
+  }
+  if (o.resume) return Status::Ok();
+  std::vector<std::string> candidates = {JoinPath(o.out, std::string(kPackJournalFile))};
+  for (const OutputFile& f : files) {
+    candidates.push_back(f.final_path);
+    candidates.push_back(TempPathFor(f.final_path));
+  }
+  for (const std::string& c : candidates) {
+    if (env->Exists(c)) {
+      return Status::Invalid(c + ": left by an earlier pack; pass --resume to continue it (finished "
+                                 "parts are re-verified by hash and kept), or delete it");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckFreeSpace(Env* env, const PackOptions& o, const std::vector<OutputFile>& files,
+                      const std::vector<std::string>& stripe_abs, size_t n_units) {
+  std::map<std::string, uint64_t> need;  // existing directory → bytes still to be written
+  const std::string out_key = ExistingAncestor(env, o.out);
+  need[out_key] += 128 * n_units + 4096;  // the journal
+  for (const OutputFile& f : files) {
+    std::string key = out_key;
+    for (const std::string& d : stripe_abs) {
+      if (Parent(f.final_path) == d) key = ExistingAncestor(env, d);
+    }
+    uint64_t have = 0;
+    for (const std::string& p : {TempPathFor(f.final_path), f.final_path}) {
+      if (o.resume && env->Exists(p)) {
+        Result<uint64_t> size = env->FileSize(p);
+        if (size.ok()) have = std::max(have, std::min(*size, f.size));
+      }
+    }
+    need[key] += f.size - have;
+  }
+  for (const auto& [dir, bytes] : need) {
+    K3_ASSIGN_OR_RETURN(uint64_t avail, env->FreeSpace(dir));
+    if (avail < bytes) {
+      return Status::Io("not enough disk space on " + dir + ": pack needs " +
+                        std::to_string(bytes) + " bytes (" + FormatIecBytes(static_cast<double>(bytes)) +
+                        "), " + std::to_string(avail) + " bytes (" +
+                        FormatIecBytes(static_cast<double>(avail)) +
+                        ") are available; free space, or choose another --out" +
+                        (stripe_abs.empty() ? std::string(" (or --experts link)")
+                                            : std::string(" or --stripe directories")));
+    }
+  }
+  return Status::Ok();
+}
+
+// A crash during the rename phase can leave finished files under final names without k3.sum:
+// --resume takes them back as temporaries (and drops a k3.json without its k3.sum).
+Status AdoptFinalNames(Env* env, const std::vector<OutputFile>& files) {
+  for (const OutputFile& f : files) {
+    const std::string tmp = TempPathFor(f.final_path);
+    if (!env->Exists(f.final_path)) continue;
+    const std::string manifest = "/" + std::string(kManifestFile);
+    if (f.final_path.size() >= manifest.size() &&
+        f.final_path.compare(f.final_path.size() - manifest.size(), manifest.size(), manifest) ==
+            0) {
+      K3_RETURN_IF_ERROR(env->Remove(f.final_path));
+    } else if (!env->Exists(tmp)) {
+      K3_RETURN_IF_ERROR(env->Rename(f.final_path, tmp));
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes a small whole file under its temporary name (synced) and returns its region hash.
+Status WriteSmallTemp(Env* env, const std::string& final_path, const std::string& data,
+                      PackStats* stats) {
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->Open(TempPathFor(final_path), OpenMode::kCreate));
+  K3_RETURN_IF_ERROR(f->WriteExact(0, data.data(), data.size()));
+  K3_RETURN_IF_ERROR(f->Sync());
+  K3_RETURN_IF_ERROR(f->Close());
+  stats->bytes_written += data.size();
+  return Status::Ok();
+}
+
+Region WholeFileRegion(const std::string& name, const std::string& data) {
+  return Region{name, name, 0, data.size(), DType::kU8, {data.size()},
+                Xxh3_128(data.data(), data.size())};
+}
+
+// Renames every temporary to its final name; on failure renames the finished ones back, so a
+// failed finish leaves no final name behind (and --resume still finds the temporaries).
+Status RenameAll(Env* env, const std::vector<std::string>& finals) {
+  for (size_t i = 0; i < finals.size(); ++i) {
+    Status s = env->Rename(TempPathFor(finals[i]), finals[i]);
+    if (!s.ok()) {
+      for (size_t k = i; k-- > 0;) (void)env->Rename(finals[k], TempPathFor(finals[k]));
+      return s.WithContext("finishing the pack (nothing was left under a final name; re-run "
+                           "with --resume)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PackOptions o = opts;
+  if (o.model_dir.empty()) return Status::Invalid("MODEL_DIR: required");
+  if (o.out.empty()) return Status::Invalid("--out: required");
+  if (o.jobs < 1) return Status::Invalid("--jobs " + std::to_string(o.jobs) + ": must be >= 1");
+  if (!o.stripe_dirs.empty() && o.experts != ExpertsMode::kCopy) {
+    return Status::Invalid("--stripe: spreads copied experts over disks, so it needs "
+                           "--experts copy");
+  }
+  o.window_bytes = AlignUp(std::max<uint64_t>(o.window_bytes, kRunAlign), kRunAlign);
+  std::vector<std::string> stripe_abs;
+  for (const std::string& d : o.stripe_dirs) {
+    if (d.empty()) return Status::Invalid("--stripe: empty directory name");
+    K3_ASSIGN_OR_RETURN(std::string abs, AbsoluteDir(env, d));
+    if (std::find(stripe_abs.begin(), stripe_abs.end(), abs) != stripe_abs.end()) {
+      return Status::Invalid("--stripe: directory " + abs + " is listed twice");
+    }
+    stripe_abs.push_back(std::move(abs));
+  }
+
+  K3_ASSIGN_OR_RETURN(Plan plan, MakePlan(env, o, stripe_abs));
+  std::vector<uint64_t> tokenizer_sizes;
+  for (const std::string& name : plan.tokenizer_files) {
+    K3_ASSIGN_OR_RETURN(uint64_t size, env->FileSize(JoinPath(o.model_dir, name)));
+    tokenizer_sizes.push_back(size);
+  }
+  const std::vector<OutputFile> files = FinalOutputs(plan, o.out, tokenizer_sizes);
+  K3_RETURN_IF_ERROR(CheckOutputState(env, o, files));
+  K3_RETURN_IF_ERROR(CheckFreeSpace(env, o, files, stripe_abs, plan.units.size()));
+
+  // From here on the pack writes (temporary names only until the finish).
+  K3_RETURN_IF_ERROR(env->MakeDirs(o.out));
+  if (o.experts == ExpertsMode::kCopy && stripe_abs.empty()) {
+    K3_RETURN_IF_ERROR(env->MakeDirs(JoinPath(o.out, std::string(kExpertsDir))));
+  }
+  if (!plan.tokenizer_files.empty()) {
+    K3_RETURN_IF_ERROR(env->MakeDirs(JoinPath(o.out, std::string(kTokenizerDir))));
+  }
+  for (const std::string& d : stripe_abs) K3_RETURN_IF_ERROR(env->MakeDirs(d));
+
+  PackResult result;
+  PackStats& stats = result.stats;
+  const Hash128 identity = PlanIdentity(plan, o.experts);
+  const std::string journal_path = JoinPath(o.out, std::string(kPackJournalFile));
+  std::string journal_text = JournalHeader(identity);
+  if (o.resume) {
+    K3_RETURN_IF_ERROR(AdoptFinalNames(env, files));
+    journal_text = ReverifyJournal(env, journal_path, identity, &plan, &stats, o.window_bytes);
+  }
+  for (const Unit& u : plan.units) {
+    if (!plan.streams[u.stream].final_path.empty()) ++stats.units_total;
+  }
+  if (o.resume) {
+    LogInfo("resume: kept " + std::to_string(stats.units_reused) + " of " +
+            std::to_string(stats.units_total) + " finished units after re-hashing " +
+            FormatIecBytes(static_cast<double>(stats.bytes_reverified)));
+  }
+
+  const std::vector<Window> windows = MakeWindows(plan, o.window_bytes);
+  uint64_t total = 0;
+  for (const Window& w : windows) total += w.end - w.begin;
+  Packer packer(env, &plan, o, &stats);
+  K3_RETURN_IF_ERROR(packer.OpenSources());
+  K3_RETURN_IF_ERROR(packer.StartJournal(journal_path, journal_text));
+  K3_RETURN_IF_ERROR(packer.OpenOutputs());
+  {
+    Progress progress("pack", total, o.progress);
+    K3_RETURN_IF_ERROR(packer.Run(windows, &progress));
+    progress.Finish();
+  }
+  stats.read_backend = packer.backend();
+  K3_RETURN_IF_ERROR(packer.FinishOutputs());
+
+  // Small files: tokenizer copies and experts.idx (all under temporary names).
+  Manifest& m = result.manifest;
+  std::vector<std::string> finals;
+  for (const Stream& s : plan.streams) {
+    if (!s.final_path.empty()) finals.push_back(s.final_path);
+  }
+  std::vector<Region> small_regions;
+  std::vector<FileEntry> small_files;
+  {
+    ExpertsIndex idx;
+    idx.n_layers = static_cast<uint32_t>(plan.config.n_layers);
+    idx.first_moe_layer = static_cast<uint32_t>(plan.config.first_dense);
+    idx.n_experts = static_cast<uint32_t>(plan.config.n_experts);
+    for (const FileEntry& f : plan.expert_files) idx.files.push_back(f.path);
+    idx.records = plan.records;
+    const std::string bytes = EncodeExpertsIndex(idx);
+    const std::string path = JoinPath(o.out, std::string(kExpertsIndexFile));
+    K3_RETURN_IF_ERROR(WriteSmallTemp(env, path, bytes, &stats));
+    finals.push_back(path);
+    small_regions.push_back(WholeFileRegion(std::string(kExpertsIndexFile), bytes));
+    small_files.push_back(FileEntry{std::string(kExpertsIndexFile), bytes.size()});
+  }
+  for (const std::string& name : plan.tokenizer_files) {
+    K3_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, JoinPath(o.model_dir, name)));
+    const std::string rel = std::string(kTokenizerDir) + "/" + name;
+    const std::string path = JoinPath(o.out, rel);
+    K3_RETURN_IF_ERROR(WriteSmallTemp(env, path, bytes, &stats));
+    finals.push_back(path);
+    small_regions.push_back(WholeFileRegion(rel, bytes));
+    small_files.push_back(FileEntry{rel, bytes.size()});
+  }
+
+  m.config = plan.config;
+  m.source = plan.source;
+  m.experts_mode = o.experts;
+  m.files = {FileEntry{std::string(kTrunkFile), plan.layout.trunk_bytes},
+             FileEntry{std::string(kResidentFile), plan.layout.resident_bytes}};
+  m.files.insert(m.files.end(), small_files.begin(), small_files.end());
+  m.expert_files = plan.expert_files;
+  m.runs = plan.layout.runs;
+  m.regions = plan.regions;
+  m.regions.insert(m.regions.end(), small_regions.begin(), small_regions.end());
+  for (size_t e = 0; e < plan.expert_hashed.size(); ++e) {
+    if (!plan.expert_hashed[e]) {
+      return Status::Io("internal: expert record " + std::to_string(e) +
+                        " was never hashed (please report)");
+    }
+  }
+  K3_RETURN_IF_ERROR(ValidateManifest(m, "k3.json being written"));
+
+  K3_RETURN_IF_ERROR(RenameAll(env, finals));
+  Status s = WriteManifestAndSum(env, o.out, m);
+  if (!s.ok()) {
+    const std::string json_path = JoinPath(o.out, std::string(kManifestFile));
+    if (env->Exists(json_path) && !env->Exists(JoinPath(o.out, std::string(kSumFile)))) {
+      (void)env->Remove(json_path);
+    }
+    for (size_t k = finals.size(); k-- > 0;) (void)env->Rename(finals[k], TempPathFor(finals[k]));
+    return s.WithContext("writing k3.json/k3.sum (nothing was left under a final name; re-run "
+                         "with --resume)");
+  }
+  K3_RETURN_IF_ERROR(env->SyncDir(o.out));
+  if (o.experts == ExpertsMode::kCopy && stripe_abs.empty()) {
+    K3_RETURN_IF_ERROR(env->SyncDir(JoinPath(o.out, std::string(kExpertsDir))));
+  }
+  if (!plan.tokenizer_files.empty()) {
+    K3_RETURN_IF_ERROR(env->SyncDir(JoinPath(o.out, std::string(kTokenizerDir))));
+  }
+  for (const std::string& d : stripe_abs) K3_RETURN_IF_ERROR(env->SyncDir(d));
+  K3_RETURN_IF_ERROR(env->Remove(journal_path));
+  stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace k3::prep

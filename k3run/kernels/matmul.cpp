@@ -27,7 +27,7 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 // row blocking and keeps two threads off one cache line of y.
 constexpr int64_t kRowAlign = 16;
 
-std::atomic<int> g_isa{-1};  // -1: not chosen yet
+std::atomic<int> g_isa{-1};     // -1: not chosen yet
 std::atomic<int> g_threads{0};  // 0: not set, use omp_get_max_threads()
 
 std::string SupportedList(const CpuFeatures& cpu) {
@@ -75,8 +75,7 @@ internal::RowsFn RowsFor(Isa isa) {
 
 Status ValidateMatrix(const Matrix& w, std::string_view what) {
   const std::string name(what);
-  if (w.type != WeightType::kF32 && w.type != WeightType::kBF16 &&
-      w.type != WeightType::kMXFP4) {
+  if (w.type != WeightType::kF32 && w.type != WeightType::kBF16 && w.type != WeightType::kMXFP4) {
     return Status::Invalid(name + ": unknown weight type " +
                            std::to_string(static_cast<int>(w.type)) +
                            " (rule: weights are F32, BF16 or MXFP4)");
@@ -160,8 +159,8 @@ Result<Isa> ResolveIsaRequest(std::string_view value, const CpuFeatures& cpu) {
     if (value != IsaName(isa)) continue;
     if (!IsaSupportedBy(isa, cpu)) {
       return Status::Invalid("K3_ISA=" + std::string(value) + ": this CPU lacks the " +
-                             "instructions for that path (supported here: " +
-                             SupportedList(cpu) + "); unset K3_ISA or pick a supported one");
+                             "instructions for that path (supported here: " + SupportedList(cpu) +
+                             "); unset K3_ISA or pick a supported one");
     }
     return isa;
   }
@@ -218,7 +217,7 @@ void MatMul(const Matrix& w, const float* x, int64_t T, float* y) {
     rows_fn(w, x, T, y, 0, w.rows);
     return;
   }
-#pragma omp parallel num_threads(static_cast<int>(threads))
+#pragma omp parallel num_threads(static_cast <int>(threads))
   {
     // Static, contiguous split of the row blocks: thread k gets blocks [k·n/p, (k+1)·n/p).
     const int64_t p = omp_get_num_threads();

@@ -19,8 +19,9 @@ struct V16 {
 V16 TailMask(int64_t n) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i count = _mm256_set1_epi32(static_cast<int>(n));
-  return {_mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane)),
-          _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, _mm256_add_epi32(lane, _mm256_set1_epi32(8))))};
+  return {
+      _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane)),
+      _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, _mm256_add_epi32(lane, _mm256_set1_epi32(8))))};
 }
 
 // n < 16 floats into a zero-padded register pair; AVX2 has no masked 16-bit loads, so ragged
@@ -43,7 +44,9 @@ struct F32Rows {
     const float* p = base + r * cols + c;
     return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
   }
-  V16 LoadTail(int64_t r, int64_t c, int64_t n) const { return LoadPaddedF32(base + r * cols + c, n); }
+  V16 LoadTail(int64_t r, int64_t c, int64_t n) const {
+    return LoadPaddedF32(base + r * cols + c, n);
+  }
 };
 
 struct Bf16Rows {
@@ -72,12 +75,14 @@ struct Mxfp4Rows {
     // bits index the magnitude (permutevar8x32 reads only those) and bit 3 is its sign, moved
     // to bit 31. Rows 8..15 of the table are rows 0..7 with the sign bit set, so XOR with the
     // sign gives the same bits as the 16-entry lookup of the scalar path.
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
+    const __m128i b =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
     const __m128i d = _mm_unpacklo_epi8(b, b);
     const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
     const __m256i i0 = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), shift);
     const __m256i i1 = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(d, 8)), shift);
-    const __m256 mag = _mm256_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
+    const __m256 mag =
+        _mm256_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
     const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
     const __m256 s0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(i0, 28), sign));
     const __m256 s1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(i1, 28), sign));
@@ -115,7 +120,8 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   for (; c + 16 <= cols; c += 16) {
     V16 xv[TB];
 #pragma GCC unroll 16
-    for (int t = 0; t < TB; ++t) xv[t] = {_mm256_loadu_ps(xt[t] + c), _mm256_loadu_ps(xt[t] + c + 8)};
+    for (int t = 0; t < TB; ++t)
+      xv[t] = {_mm256_loadu_ps(xt[t] + c), _mm256_loadu_ps(xt[t] + c + 8)};
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
       const V16 wv = w.Load(r0 + r, c);
@@ -171,16 +177,16 @@ void MatMulRowsAvx2(const Matrix& w, const float* x, int64_t T, float* y, int64_
                     int64_t r_end) {
   switch (w.type) {
     case WeightType::kF32:
-      Rows(F32Rows{static_cast<const float*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
-           r_begin, r_end);
+      Rows(F32Rows{static_cast<const float*>(w.data), w.cols}, w.rows, w.cols, x, T, y, r_begin,
+           r_end);
       return;
     case WeightType::kBF16:
-      Rows(Bf16Rows{static_cast<const uint16_t*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
-           r_begin, r_end);
+      Rows(Bf16Rows{static_cast<const uint16_t*>(w.data), w.cols}, w.rows, w.cols, x, T, y, r_begin,
+           r_end);
       return;
     case WeightType::kMXFP4:
-      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()},
-           w.rows, w.cols, x, T, y, r_begin, r_end);
+      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()}, w.rows,
+           w.cols, x, T, y, r_begin, r_end);
       return;
   }
 }

@@ -52,7 +52,8 @@ struct Mxfp4Rows {
     // 8 bytes hold elements c..c+15. Duplicate each byte into two dword lanes, shift the odd
     // lanes right by 4: permutexvar reads only the low 4 index bits, so lane j indexes its own
     // nibble (low nibble = even element) without a mask.
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
+    const __m128i b =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
     const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
     const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shift);
     const float* row = lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v;
@@ -140,16 +141,16 @@ void MatMulRowsAvx512(const Matrix& w, const float* x, int64_t T, float* y, int6
                       int64_t r_end) {
   switch (w.type) {
     case WeightType::kF32:
-      Rows(F32Rows{static_cast<const float*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
-           r_begin, r_end);
+      Rows(F32Rows{static_cast<const float*>(w.data), w.cols}, w.rows, w.cols, x, T, y, r_begin,
+           r_end);
       return;
     case WeightType::kBF16:
-      Rows(Bf16Rows{static_cast<const uint16_t*>(w.data), w.cols}, w.rows, w.cols, x, T, y,
-           r_begin, r_end);
+      Rows(Bf16Rows{static_cast<const uint16_t*>(w.data), w.cols}, w.rows, w.cols, x, T, y, r_begin,
+           r_end);
       return;
     case WeightType::kMXFP4:
-      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()},
-           w.rows, w.cols, x, T, y, r_begin, r_end);
+      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()}, w.rows,
+           w.cols, x, T, y, r_begin, r_end);
       return;
   }
 }

@@ -20,8 +20,8 @@ struct Table {
         // Byte 255 is a zero scale: E2M1·0, which keeps the code's sign on zero.
         const double mag = s == 255 ? 0.0 : std::ldexp(kE2M1Magnitude[c], s - 127);
         // Spelled out rather than left to the narrowing, whose overflow C++ leaves undefined.
-        const float v = mag >= 0x1p128 ? std::numeric_limits<float>::infinity()
-                                       : static_cast<float>(mag);
+        const float v =
+            mag >= 0x1p128 ? std::numeric_limits<float>::infinity() : static_cast<float>(mag);
         rows[s].v[c] = v;
         rows[s].v[c + 8] = -v;  // −0.0 for code 8, the bitwise sign flip the AVX2 path uses
       }

@@ -34,6 +34,7 @@ void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t 
 // One head, one token of the delta rule on S [D][D]:
 //   S[i][:] ← α_i·S[i][:];  u = Sᵀk;  S[i][j] ← S[i][j] + (k_i·β)·(v_j − u_j);  o = Sᵀq̃
 // with q̃ ALREADY scaled by fp32(1/sqrtf(D)) by the caller; sums over i ascending in fp32.
+// o [D] must not overlap the inputs (it is used as scratch before the output is written).
 void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
                        const float* alpha, float beta, int64_t D, float* o);
 

@@ -39,7 +39,8 @@ void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t 
 
 void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
                        const float* alpha, float beta, int64_t D, float* o) {
-  std::vector<float> u(static_cast<size_t>(D), 0.0f);
+  float* u = o;  // o doubles as the scratch for u = Sᵀk (no allocation per head and token)
+  for (int64_t j = 0; j < D; ++j) u[j] = 0.0f;
   // 1. decay rows, 2. read u = Sᵀk (i ascending); fused per row i, same order per element.
   for (int64_t i = 0; i < D; ++i) {
     float* row = S + i * D;

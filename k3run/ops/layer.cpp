@@ -49,6 +49,11 @@ Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& ex
                            std::to_string(blocks->capacity) +
                            "); size it n_layers / attn_res_block_size + 1");
   }
+  if (w.is_mla ? state.mla == nullptr : state.kda == nullptr) {
+    return Status::Invalid("layer " + std::to_string(layer) + ": no " +
+                           (w.is_mla ? "MLA KV cache" : "KDA state") +
+                           " given for this layer (internal: the model must pass one per layer)");
+  }
   if (w.is_mla && state.mla->len + T > state.mla->capacity) {
     return Status::Invalid("layer " + std::to_string(layer) + ": MLA KV cache full: " +
                            std::to_string(state.mla->len) + " + " + std::to_string(T) +

@@ -115,6 +115,7 @@ void BmMemoryRead(benchmark::State& state, const uint64_t* buf) {
 // Remembers each run's milliseconds per call for the summary.
 class Recorder : public benchmark::ConsoleReporter {
  public:
+  Recorder() : ConsoleReporter(OO_Tabular) {}  // no colour codes: the output goes into docs
   std::map<std::string, double> ms;
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
@@ -133,8 +134,8 @@ class Recorder : public benchmark::ConsoleReporter {
 };
 
 std::string Name(const char* what, int64_t rows, int64_t cols, int64_t T, Isa isa) {
-  return std::string(what) + "/" + std::to_string(rows) + "x" + std::to_string(cols) + "/T:" +
-         std::to_string(T) + "/" + IsaName(isa);
+  return std::string(what) + "/" + std::to_string(rows) + "x" + std::to_string(cols) +
+         "/T:" + std::to_string(T) + "/" + IsaName(isa);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Choosing the kernel path: K3_ISA values, CPU support, names (matmul.h).
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 

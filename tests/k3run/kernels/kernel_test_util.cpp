@@ -23,8 +23,8 @@ Matrix OwnedMatrix::view() const {
   return m;
 }
 
-OwnedMatrix RandomMatrix(WeightType type, int64_t rows, int64_t cols, uint64_t seed,
-                         int scale_lo, int scale_hi) {
+OwnedMatrix RandomMatrix(WeightType type, int64_t rows, int64_t cols, uint64_t seed, int scale_lo,
+                         int scale_hi) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   OwnedMatrix m;
@@ -63,7 +63,7 @@ std::vector<float> RandomActivations(int64_t T, int64_t cols, uint64_t seed) {
 
 double DequantMxfp4(uint8_t code, uint8_t scale) {
   static const double kE2M1[16] = {0.0,  0.5,  1.0,  1.5,  2.0,  3.0,  4.0,  6.0,
-                                    -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
+                                   -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
   if (scale == 255) return 0.0;
   return std::ldexp(kE2M1[code & 15], int{scale} - 127);
 }
@@ -88,8 +88,8 @@ double WeightValue(const OwnedMatrix& m, int64_t r, int64_t i) {
   return 0.0;
 }
 
-std::vector<float> RunMatMul(const OwnedMatrix& m, const std::vector<float>& x, int64_t T,
-                             Isa isa, int threads) {
+std::vector<float> RunMatMul(const OwnedMatrix& m, const std::vector<float>& x, int64_t T, Isa isa,
+                             int threads) {
   const Isa old_isa = ActiveIsa();
   const int old_threads = Threads();
   SetIsa(isa);
@@ -112,8 +112,8 @@ std::string FirstBitDifference(const std::vector<float>& want, const std::vector
     if (a != b) {
       std::ostringstream os;
       os << "first difference at t=" << static_cast<int64_t>(k) / rows
-         << " r=" << static_cast<int64_t>(k) % rows << ": want " << want[k] << " (0x"
-         << std::hex << a << ") got " << got[k] << " (0x" << b << ")";
+         << " r=" << static_cast<int64_t>(k) % rows << ": want " << want[k] << " (0x" << std::hex
+         << a << ") got " << got[k] << " (0x" << b << ")";
       return os.str();
     }
   }

@@ -40,8 +40,8 @@ double DequantMxfp4(uint8_t code, uint8_t scale);
 double WeightValue(const OwnedMatrix& m, int64_t r, int64_t i);
 
 // Runs MatMul with the given path and thread count, restoring the previous settings.
-std::vector<float> RunMatMul(const OwnedMatrix& m, const std::vector<float>& x, int64_t T,
-                             Isa isa, int threads);
+std::vector<float> RunMatMul(const OwnedMatrix& m, const std::vector<float>& x, int64_t T, Isa isa,
+                             int threads);
 
 // "float32 bits identical", with a readable first difference for the failure message.
 std::string FirstBitDifference(const std::vector<float>& want, const std::vector<float>& got,

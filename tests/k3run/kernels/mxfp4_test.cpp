@@ -92,7 +92,8 @@ TEST(Mxfp4Decode, ScaleByte255GroupContributesZeros) {
   }
   const std::vector<float> x = RandomActivations(3, 128, 6);
   for (Isa isa : SupportedIsas()) {
-    EXPECT_EQ(FirstBitDifference(RunMatMul(zeroed, x, 3, isa, 1), RunMatMul(m, x, 3, isa, 1), 24), "")
+    EXPECT_EQ(FirstBitDifference(RunMatMul(zeroed, x, 3, isa, 1), RunMatMul(m, x, 3, isa, 1), 24),
+              "")
         << IsaName(isa);
   }
 }

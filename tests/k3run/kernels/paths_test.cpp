@@ -16,10 +16,10 @@ struct Shape {
 };
 
 // cols covers < 16, exact 16/32 multiples and ragged ends (F32/BF16 only for the latter).
-const Shape kF32Shapes[] = {{1, 1}, {3, 7}, {5, 15}, {9, 16}, {17, 17}, {33, 31}, {7, 33},
-                            {40, 100}, {203, 257}, {64, 515}, {18, 1024}, {301, 515}};
-const Shape kMxfp4Shapes[] = {{1, 32}, {3, 64}, {9, 96}, {17, 160}, {203, 256}, {64, 512},
-                              {13, 1024}};
+const Shape kF32Shapes[] = {{1, 1},  {3, 7},    {5, 15},    {9, 16},   {17, 17},   {33, 31},
+                            {7, 33}, {40, 100}, {203, 257}, {64, 515}, {18, 1024}, {301, 515}};
+const Shape kMxfp4Shapes[] = {{1, 32},    {3, 64},   {9, 96},   {17, 160},
+                              {203, 256}, {64, 512}, {13, 1024}};
 const int64_t kTs[] = {1, 2, 3, 5, 16};
 const int kThreads[] = {1, 2, 3};
 
@@ -82,8 +82,8 @@ TEST_P(PathTest, RaggedEndLeavesMissingLanesUntouched) {
       for (float v : y) {
         uint32_t bits;
         std::memcpy(&bits, &v, 4);
-        EXPECT_EQ(bits, 0x80000000u) << "cols=" << cols << " path=" << IsaName(isa)
-                                     << ": a lane past the end was touched";
+        EXPECT_EQ(bits, 0x80000000u)
+            << "cols=" << cols << " path=" << IsaName(isa) << ": a lane past the end was touched";
       }
     }
   }

@@ -32,7 +32,8 @@ void CheckAgainstFloat64(WeightType type, int64_t rows, int64_t cols, int64_t T,
     for (int64_t r = 0; r < rows; ++r) {
       double want = 0.0, abs_sum = 0.0;
       for (int64_t i = 0; i < cols; ++i) {
-        const double p = WeightValue(m, r, i) * static_cast<double>(x[static_cast<size_t>(t * cols + i)]);
+        const double p =
+            WeightValue(m, r, i) * static_cast<double>(x[static_cast<size_t>(t * cols + i)]);
         want += p;
         abs_sum += std::fabs(p);
       }
@@ -48,7 +49,7 @@ void CheckAgainstFloat64(WeightType type, int64_t rows, int64_t cols, int64_t T,
     }
   }
   ::testing::Test::RecordProperty(std::string(TypeName(type)) + "_worst_error_over_bound",
-                 std::to_string(worst_ratio));
+                                  std::to_string(worst_ratio));
 }
 
 TEST(ScalarVsFloat64, F32WithinBounds) {
@@ -79,7 +80,8 @@ TEST(ScalarVsFloat64, SmallIntegersAreExact) {
   const std::vector<float> y = RunMatMul(m, x, 1, Isa::kScalar, 1);
   for (int64_t r = 0; r < 2; ++r) {
     double want = 0;
-    for (int64_t i = 0; i < 40; ++i) want += m.f32[static_cast<size_t>(r * 40 + i)] * x[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < 40; ++i)
+      want += m.f32[static_cast<size_t>(r * 40 + i)] * x[static_cast<size_t>(i)];
     EXPECT_EQ(y[static_cast<size_t>(r)], want) << "row " << r;
   }
 }

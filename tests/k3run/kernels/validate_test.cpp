@@ -1,7 +1,7 @@
 // ValidateMatrix: one test per rule, each with a malformed matrix, checking the message names
 // the tensor and the rule.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
@@ -18,14 +18,13 @@ const std::vector<uint8_t> kBytes(4096, 0);
 TEST(ValidateMatrix, WellFormedMatricesPass) {
   EXPECT_TRUE(ValidateMatrix({WeightType::kF32, 4, 7, kBytes.data(), nullptr}, "w").ok());
   EXPECT_TRUE(ValidateMatrix({WeightType::kBF16, 4, 7, kBytes.data(), nullptr}, "w").ok());
-  EXPECT_TRUE(
-      ValidateMatrix({WeightType::kMXFP4, 4, 64, kBytes.data(), kBytes.data()}, "w").ok());
+  EXPECT_TRUE(ValidateMatrix({WeightType::kMXFP4, 4, 64, kBytes.data(), kBytes.data()}, "w").ok());
   EXPECT_TRUE(ValidateMatrix({WeightType::kF32, 0, 7, nullptr, nullptr}, "w").ok());
 }
 
 TEST(ValidateMatrix, UnknownWeightType) {
-  const Status st = ValidateMatrix({static_cast<WeightType>(9), 4, 4, kBytes.data(), nullptr},
-                                   "layers.3.mlp.w1");
+  const Status st =
+      ValidateMatrix({static_cast<WeightType>(9), 4, 4, kBytes.data(), nullptr}, "layers.3.mlp.w1");
   EXPECT_EQ(st.code(), Code::kInvalid);
   EXPECT_THAT(st.message(), HasSubstr("layers.3.mlp.w1"));
   EXPECT_THAT(st.message(), HasSubstr("unknown weight type 9"));

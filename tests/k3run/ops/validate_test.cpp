@@ -160,6 +160,19 @@ TEST(OpsRefusal, SnapshotStackFull) {
                       "layer 0", "snapshot stack full", "capacity 1");
 }
 
+TEST(OpsRefusal, LayerWithoutItsState) {
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const LayerWeights w = m.Layer(true, false);
+  BlockStack blocks = BlockStack::Make(1, d.hidden, 2);
+  KdaState kda = KdaState::Zero(d);
+  std::vector<float> h = m.Activations(d.hidden);
+  EXPECT_INVALID_WITH(DecoderLayer(3, w, m.Experts(), d, h.data(), 1, &blocks, {&kda, nullptr},
+                                   nullptr),
+                      "layer 3", "no MLA KV cache");
+  EXPECT_EQ(blocks.count, 0);  // refused before anything changed
+}
+
 TEST(OpsRefusal, MissingExpertIsSkippedAndCounted) {
   const Dims d = RandomDims();
   RandomModel m(d);

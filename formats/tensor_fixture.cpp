@@ -168,8 +168,11 @@ std::string RenderFixture(const FixtureFile& f) {
   for (const Entry& e : f.entries) sorted.push_back(&e);
   std::sort(sorted.begin(), sorted.end(),
             [](const Entry* a, const Entry* b) { return a->name < b->name; });
-  ojson tensors = ojson::array();
-  for (const Entry* e : sorted) {
+  // One entry per line: readable, diffable, and compact for the released model's ~500k tensors.
+  std::string out = "{\n \"format\": \"" + std::string(kFormat) + "\",\n \"version\": " +
+                    std::to_string(kVersion) + ",\n \"tensors\": [";
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const Entry* e = sorted[i];
     ojson j;
     j["name"] = e->name;
     j["dtype"] = e->DTypeString();
@@ -183,13 +186,10 @@ std::string RenderFixture(const FixtureFile& f) {
       js.push_back(ojson{{"index", s.index}, {"bits", BitsHex(s.bits, e->SampleHexDigits())}});
     }
     j["samples"] = std::move(js);
-    tensors.push_back(std::move(j));
+    out += (i ? ",\n  " : "\n  ") + j.dump(-1, ' ', false, ojson::error_handler_t::replace);
   }
-  ojson doc;
-  doc["format"] = kFormat;
-  doc["version"] = kVersion;
-  doc["tensors"] = std::move(tensors);
-  return doc.dump(1, ' ', false, ojson::error_handler_t::replace) + "\n";
+  out += sorted.empty() ? "]\n}\n" : "\n ]\n}\n";
+  return out;
 }
 
 Status WriteFixture(Env* env, const std::string& path, const FixtureFile& f) {

@@ -565,7 +565,7 @@ class Packer {
     Status s = o_.jobs <= 1 ? RunSerial(windows) : RunOverlapped(windows);
     if (!s.ok()) {
       // Keep what is finished for --resume; the original error is what the user needs.
-      (void)FlushJournal();
+      (void)FlushJournal(/*best_effort=*/true);
       return s;
     }
     return FlushJournal();
@@ -691,15 +691,25 @@ class Packer {
   }
 
   // Makes finished units durable: fsync the outputs they live in, then append their lines.
-  Status FlushJournal() {
+  // best_effort (after a failure): an output whose fsync fails loses its pending lines (those
+  // units are redone by --resume) instead of failing the flush.
+  Status FlushJournal(bool best_effort = false) {
     unflushed_ = 0;
     if (pending_.empty() || !journal_) return Status::Ok();
+    std::map<size_t, bool> synced;
     for (auto& [stream, dirty] : dirty_) {
-      if (dirty) K3_RETURN_IF_ERROR(outputs_[stream]->Sync());
+      if (dirty) {
+        Status s = outputs_[stream]->Sync();
+        if (!s.ok() && !best_effort) return s;
+        synced[stream] = s.ok();
+      }
       dirty = false;
     }
     std::string text;
-    for (size_t u : pending_) text += JournalLine(*plan_, u);
+    for (size_t u : pending_) {
+      auto it = synced.find(plan_->units[u].stream);
+      if (it == synced.end() || it->second) text += JournalLine(*plan_, u);
+    }
     pending_.clear();
     K3_RETURN_IF_ERROR(journal_->WriteExact(journal_size_, text.data(), text.size()));
     journal_size_ += text.size();

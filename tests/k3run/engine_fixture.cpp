@@ -1,0 +1,96 @@
+#include "tests/k3run/engine_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include "k3prep/pack.h"
+#include "k3prep/synth_checkpoint.h"
+#include "k3run/generate.h"
+#include "tests/support/temp_dir.h"
+
+namespace k3::run::testing {
+namespace {
+
+struct TinyDirs {
+  test::TempDir root;
+  std::string checkpoint, prepared;
+  TinyDirs() {
+    checkpoint = root.Join("ck");
+    prepared = root.Join("prep");
+    synth::SynthOptions s;
+    s.preset = "tiny";
+    s.out = checkpoint;
+    Result<synth::SynthResult> sr = synth::RunSynth(Env::Default(), s);
+    if (!sr.ok()) ADD_FAILURE() << "synth: " << sr.status().ToString();
+    prep::PackOptions p;
+    p.model_dir = checkpoint;
+    p.out = prepared;
+    p.experts = prep::ExpertsMode::kCopy;
+    p.jobs = 1;
+    Result<prep::PackResult> pr = prep::RunPack(Env::Default(), p);
+    if (!pr.ok()) ADD_FAILURE() << "pack: " << pr.status().ToString();
+  }
+};
+
+TinyDirs& Dirs() {
+  static TinyDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
+const std::string& TinyCheckpointDir() { return Dirs().checkpoint; }
+const std::string& TinyPreparedDir() { return Dirs().prepared; }
+
+std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsOptions options) {
+  auto e = std::make_unique<Engine>();
+  Result<prep::PreparedDir> p = prep::OpenPrepared(env, dir);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  if (!p.ok()) return nullptr;
+  e->prepared = std::move(p).value();
+  Result<std::unique_ptr<RamWeights>> w = RamWeights::Open(env, &e->prepared, options);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  if (!w.ok()) return nullptr;
+  e->weights = std::move(w).value();
+  return e;
+}
+
+std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
+                                    bool recompute, std::vector<float>* logits, int layers) {
+  const ModelConfig& c = e->prepared.manifest.config;
+  Model model(c, e->weights.get(), layers == 0 ? c.n_layers : layers);
+  GenerateOptions o;
+  o.prompt = prompt;
+  o.gen = gen;
+  o.recompute = recompute;
+  Result<GenerateResult> r =
+      Generate(&model, e->weights.get(), o, [&](const StepRecord&, const float* l) {
+        logits->insert(logits->end(), l, l + c.vocab);
+        return Status::Ok();
+      });
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? r->generated : std::vector<int32_t>{};
+}
+
+std::string CliRun::stdout_text() const {
+  std::string s;
+  for (const std::string& w : stdout_writes) s += w;
+  return s;
+}
+
+CliRun RunCliArgs(const std::vector<std::string>& args, CliIo io) {
+  CliRun run;
+  io.write_stdout = [&](std::string_view b) {
+    run.stdout_writes.emplace_back(b);
+    return Status::Ok();
+  };
+  std::vector<std::string> owned = {"k3run"};
+  owned.insert(owned.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : owned) argv.push_back(a.data());
+  ::testing::internal::CaptureStderr();
+  run.exit_code = K3runMain(static_cast<int>(argv.size()), argv.data(), io);
+  run.stderr_text = ::testing::internal::GetCapturedStderr();
+  return run;
+}
+
+}  // namespace k3::run::testing

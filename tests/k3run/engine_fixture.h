@@ -1,0 +1,48 @@
+// Test fixtures for the engine: a prepared directory of the `k3prep synth --preset tiny`
+// checkpoint (synth + pack through k3prep's library; k3run itself never links k3prep), and
+// helpers to run the model and the CLI.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/prepared_manifest.h"
+#include "k3run/cli.h"
+#include "k3run/model.h"
+#include "k3run/weights.h"
+
+namespace k3::run::testing {
+
+// The tiny checkpoint (made once per process) and its prepared directory (copy mode).
+const std::string& TinyCheckpointDir();
+const std::string& TinyPreparedDir();
+
+// An opened prepared directory plus its RamWeights.
+struct Engine {
+  prep::PreparedDir prepared;
+  std::unique_ptr<RamWeights> weights;
+};
+std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env = Env::Default(),
+                                   RamWeightsOptions options = {});
+
+// Generates with every step's logits appended to *logits ([steps][vocab]).
+std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
+                                    bool recompute, std::vector<float>* logits, int layers = 0);
+
+// Runs the k3run CLI in-process. Returns the exit code; stdout chunks (one per write) and the
+// stderr text are captured.
+struct CliRun {
+  int exit_code = -1;
+  std::vector<std::string> stdout_writes;
+  std::string stdout_text() const;
+  std::string stderr_text;
+};
+CliRun RunCliArgs(const std::vector<std::string>& args, CliIo io = {});
+
+// A prompt that exercises the tiny model (ids < 1280).
+inline const std::vector<int32_t> kPrompt = {3, 7, 11, 5, 9, 300, 1000, 42};
+inline const std::string kPromptText = "3,7,11,5,9,300,1000,42";
+
+}  // namespace k3::run::testing

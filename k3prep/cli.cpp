@@ -10,6 +10,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/progress.h"
+#include "k3prep/pack_command.h"
 #include "k3prep/synth_checkpoint.h"
 
 namespace k3::prep {
@@ -81,14 +82,16 @@ void AddSynth(CLI::App* app, SynthFlags* f, OutputOptions* out) {
 }  // namespace
 
 int Main(int argc, char** argv) {
-  CLI::App app("k3prep: prepare Kimi K3 checkpoints (synth; download, pack and doctor to come)",
+  CLI::App app("k3prep: prepare Kimi K3 checkpoints (synth, pack; download and doctor to come)",
                "k3prep");
   app.require_subcommand(1);
   app.set_version_flag("--version", "k3prep 0.1.0");
   SynthFlags synth_flags;
   OutputOptions out;
   AddSynth(&app, &synth_flags, &out);
+  CLI::App* pack_cmd = AddPackCommand(&app, &out);
   return RunCli(app, argc, argv, [&]() -> Status {
+    if (pack_cmd->parsed()) return RunPackCommand(pack_cmd);
     synth::SynthOptions& o = synth_flags.opts;
     synth::ParseSmallDType(synth_flags.small_dtype, &o.small);
     o.progress = out.progress;

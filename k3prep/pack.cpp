@@ -62,7 +62,8 @@ struct Stream {
 struct Plan {
   ModelConfig config;
   Layout layout;
-  std::vector<std::string> sources;  // shard paths
+  std::vector<std::string> sources;       // shard paths
+  std::vector<uint64_t> source_sizes;     // shard file sizes
   std::vector<Stream> streams;
   std::vector<Unit> units;
   std::vector<Region> regions;  // trunk then resident (manifest order), hashes filled by packing
@@ -347,6 +348,7 @@ Result<Plan> MakePlan(Env* env, const PackOptions& o, const std::vector<std::str
   for (const auto& shard : index.shards()) {
     src_ids.emplace(shard->path, static_cast<uint32_t>(plan.sources.size()));
     plan.sources.push_back(shard->path);
+    plan.source_sizes.push_back(shard->header.file_size);
   }
   PlanTensors(index, &plan, src_ids, o.out);
   if (o.experts == ExpertsMode::kLink) {
@@ -519,6 +521,12 @@ std::vector<Window> MakeWindows(const Plan& plan, uint64_t window_bytes) {
   return out;
 }
 
+// Windows [first, first + count), filled by one batched read.
+struct Batch {
+  size_t first = 0;
+  size_t count = 0;
+};
+
 // ---------------------------------------------------------------------------------------------
 // The pipeline: a reader fills window buffers (batched reads), the consumer hashes in dst order
 // and writes. Everything that decides a hash runs on the consumer, in window order.
@@ -562,7 +570,8 @@ class Packer {
 
   Status Run(const std::vector<Window>& windows, Progress* progress) {
     progress_ = progress;
-    Status s = o_.jobs <= 1 ? RunSerial(windows) : RunOverlapped(windows);
+    windows_ = &windows;
+    Status s = o_.jobs <= 1 ? RunSerial() : RunOverlapped();
     if (!s.ok()) {
       // Keep what is finished for --resume; the original error is what the user needs.
       (void)FlushJournal(/*best_effort=*/true);
@@ -592,35 +601,82 @@ class Packer {
 
  private:
   static constexpr size_t kBuffers = 3;
+  static constexpr uint64_t kBlock = 4096;
+  // Reading a gap this small costs less than splitting one large read into two.
+  static constexpr uint64_t kBridgeBytes = 256 << 10;
 
-  Status Fill(const Window& w, uint8_t* buf, BatchReader* reader) {
-    const Stream& s = plan_->streams[w.stream];
-    std::vector<ReadRequest> reqs;
-    for (const Seg& seg : w.segs) {
-      uint8_t* dst = buf + (seg.dst - w.begin);
-      if (seg.piece < 0) {
-        std::memset(dst, 0, seg.len);
-        continue;
-      }
-      const Piece& p = s.pieces[static_cast<size_t>(seg.piece)];
-      File* file = sources_[p.src].get();
-      const uint64_t off = p.src_off + (seg.dst - p.dst);
-      if (!reqs.empty()) {
-        ReadRequest& prev = reqs.back();
-        if (prev.file == file && prev.offset + prev.length == off &&
-            static_cast<uint8_t*>(prev.dst) + prev.length == dst) {
-          prev.length += seg.len;
+  // Reads a window's source bytes. Pieces are small (a 26 KB expert, a norm vector) and sit
+  // at arbitrary offsets, so reading each one with O_DIRECT would mean many small bounced
+  // reads. Instead the source ranges are coalesced per shard (bridging gaps up to kBridgeBytes),
+  // widened to whole 4 KiB blocks, read in one batch into a staging buffer (large aligned
+  // reads, straight into memory) and copied into place.
+  // A batch is consecutive windows (of one or several streams) laid out back to back in one
+  // buffer: small expert files (one per layer) would otherwise each cost a read round trip.
+  Status Fill(const Batch& batch, uint8_t* buf, BatchReader* reader) {
+    struct Want {
+      uint32_t src;
+      uint64_t off, len;
+      uint8_t* dst;
+    };
+    std::vector<Want> wants;
+    uint8_t* base = buf;
+    for (size_t k = batch.first; k < batch.first + batch.count; ++k) {
+      const Window& w = (*windows_)[k];
+      const Stream& s = plan_->streams[w.stream];
+      for (const Seg& seg : w.segs) {
+        uint8_t* dst = base + (seg.dst - w.begin);
+        if (seg.piece < 0) {
+          std::memset(dst, 0, seg.len);
           continue;
         }
+        const Piece& p = s.pieces[static_cast<size_t>(seg.piece)];
+        wants.push_back(Want{p.src, p.src_off + (seg.dst - p.dst), seg.len, dst});
       }
-      ReadRequest r;
-      r.file = file;
-      r.offset = off;
-      r.length = seg.len;
-      r.dst = dst;
-      reqs.push_back(std::move(r));
+      base += w.end - w.begin;
     }
-    return reader->ReadAll(reqs);
+    std::sort(wants.begin(), wants.end(), [](const Want& a, const Want& b) {
+      return a.src != b.src ? a.src < b.src : a.off < b.off;
+    });
+    struct Range {
+      uint32_t src;
+      uint64_t begin, end;  // block-aligned (end capped at the file size)
+      uint64_t staged = 0;  // offset in staging_
+    };
+    std::vector<Range> ranges;
+    std::vector<size_t> range_of(wants.size());
+    for (size_t i = 0; i < wants.size(); ++i) {
+      const Want& x = wants[i];
+      const uint64_t b = x.off / kBlock * kBlock;
+      const uint64_t e = std::min(AlignUp(x.off + x.len, kBlock), plan_->source_sizes[x.src]);
+      if (!ranges.empty() && ranges.back().src == x.src && b <= ranges.back().end + kBridgeBytes) {
+        ranges.back().end = std::max(ranges.back().end, e);
+      } else {
+        ranges.push_back(Range{x.src, b, e});
+      }
+      range_of[i] = ranges.size() - 1;
+    }
+    uint64_t total = 0;
+    for (Range& r : ranges) {
+      r.staged = total;
+      total += AlignUp(r.end - r.begin, kBlock);
+    }
+    if (staging_.size() < total) {
+      K3_ASSIGN_OR_RETURN(staging_, AlignedBuffer::Allocate(total + (1 << 20), kBlock));
+    }
+    std::vector<ReadRequest> reqs(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      reqs[i].file = sources_[ranges[i].src].get();
+      reqs[i].offset = ranges[i].begin;
+      reqs[i].length = ranges[i].end - ranges[i].begin;
+      reqs[i].dst = staging_.data() + ranges[i].staged;
+    }
+    K3_RETURN_IF_ERROR(reader->ReadAll(reqs));
+    for (size_t i = 0; i < wants.size(); ++i) {
+      const Range& r = ranges[range_of[i]];
+      std::memcpy(wants[i].dst, staging_.data() + r.staged + (wants[i].off - r.begin),
+                  wants[i].len);
+    }
+    return Status::Ok();
   }
 
   Status Consume(const Window& w, const uint8_t* buf) {
@@ -683,8 +739,7 @@ class Packer {
       dirty_[w.stream] = true;
     }
     progress_->Add(w.end - w.begin);
-    const bool stream_done = w.end == s.size;
-    if (unflushed_ >= o_.journal_flush_bytes || (stream_done && !pending_.empty())) {
+    if (unflushed_ >= o_.journal_flush_bytes) {
       K3_RETURN_IF_ERROR(FlushJournal());
     }
     return Status::Ok();
@@ -716,21 +771,47 @@ class Packer {
     return journal_->Sync();
   }
 
-  Status RunSerial(const std::vector<Window>& windows) {
+  // Consumes every window of a filled batch, in order.
+  Status ConsumeBatch(const Batch& batch, const uint8_t* buf) {
+    for (size_t k = batch.first; k < batch.first + batch.count; ++k) {
+      const Window& w = (*windows_)[k];
+      K3_RETURN_IF_ERROR(Consume(w, buf));
+      buf += w.end - w.begin;
+    }
+    return Status::Ok();
+  }
+
+  // Consecutive windows grouped up to window_bytes per buffer.
+  std::vector<Batch> MakeBatches() const {
+    std::vector<Batch> out;
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < windows_->size(); ++k) {
+      const uint64_t n = (*windows_)[k].end - (*windows_)[k].begin;
+      if (out.empty() || bytes + n > o_.window_bytes) {
+        out.push_back(Batch{k, 0});
+        bytes = 0;
+      }
+      ++out.back().count;
+      bytes += n;
+    }
+    return out;
+  }
+
+  Status RunSerial() {
     std::unique_ptr<BatchReader> reader =
         BatchReader::Create(BatchReader::kDefaultQueueDepth, o_.force_pread);
     backend_ = std::string(reader->backend());
     K3_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(o_.window_bytes, 4096));
     InitCursors();
-    for (const Window& w : windows) {
-      K3_RETURN_IF_ERROR(Fill(w, buf.data(), reader.get()));
-      K3_RETURN_IF_ERROR(Consume(w, buf.data()));
+    for (const Batch& b : MakeBatches()) {
+      K3_RETURN_IF_ERROR(Fill(b, buf.data(), reader.get()));
+      K3_RETURN_IF_ERROR(ConsumeBatch(b, buf.data()));
     }
     return Status::Ok();
   }
 
-  // The reader thread runs up to kBuffers windows ahead of the consumer (this thread).
-  Status RunOverlapped(const std::vector<Window>& windows) {
+  // The reader thread runs up to kBuffers batches ahead of the consumer (this thread).
+  Status RunOverlapped() {
     std::unique_ptr<BatchReader> reader =
         BatchReader::Create(BatchReader::kDefaultQueueDepth, o_.force_pread);
     backend_ = std::string(reader->backend());
@@ -740,19 +821,20 @@ class Packer {
       bufs.push_back(std::move(b));
     }
     InitCursors();
+    const std::vector<Batch> batches = MakeBatches();
     std::mutex mu;
     std::condition_variable cv;
     size_t filled = 0, consumed = 0;
     bool stop = false;
     std::vector<Status> fill_status(kBuffers);
     std::thread thread([&] {
-      for (size_t i = 0; i < windows.size(); ++i) {
+      for (size_t i = 0; i < batches.size(); ++i) {
         {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return stop || filled - consumed < kBuffers; });
           if (stop) return;
         }
-        Status s = Fill(windows[i], bufs[i % kBuffers].data(), reader.get());
+        Status s = Fill(batches[i], bufs[i % kBuffers].data(), reader.get());
         const bool failed = !s.ok();
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -764,13 +846,13 @@ class Packer {
       }
     });
     Status result;
-    for (size_t i = 0; i < windows.size(); ++i) {
+    for (size_t i = 0; i < batches.size(); ++i) {
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] { return filled > i; });
         result = fill_status[i % kBuffers];
       }
-      if (result.ok()) result = Consume(windows[i], bufs[i % kBuffers].data());
+      if (result.ok()) result = ConsumeBatch(batches[i], bufs[i % kBuffers].data());
       {
         std::lock_guard<std::mutex> lock(mu);
         ++consumed;
@@ -793,7 +875,9 @@ class Packer {
   PackStats* stats_;
   Progress* progress_ = nullptr;
   std::string backend_;
+  const std::vector<Window>* windows_ = nullptr;
   std::vector<std::unique_ptr<File>> sources_;
+  AlignedBuffer staging_;  // used by Fill only (one reader thread)
   std::vector<std::unique_ptr<File>> outputs_;
   std::unique_ptr<File> journal_;
   std::string journal_path_;

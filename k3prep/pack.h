@@ -75,7 +75,7 @@ struct PackOptions {
   // Size of one read/hash/write window. Tests lower it to exercise window boundaries.
   uint64_t window_bytes = uint64_t{16} << 20;
   // The journal is brought up to date (outputs fsynced, lines appended) after this many output
-  // bytes; it is also flushed at the end of every output file and when a pack fails.
+  // bytes; it is also flushed at the end of the copy and when a pack fails.
   uint64_t journal_flush_bytes = uint64_t{1} << 30;
   // Force the pread pool instead of io_uring (tests, and `doctor`-style comparisons).
   bool force_pread = false;

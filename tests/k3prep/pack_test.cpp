@@ -535,6 +535,71 @@ TEST_F(PackTiny, ResumeRedoesAUnitWhoseTemporaryBytesChanged) {
   EXPECT_EQ(HashTree(out), HashTree(ref));
 }
 
+TEST_F(PackTiny, ResumeDiscardsAJournalOfAnotherPlanAndATornLine) {
+  const std::string out = tmp_.Join("p");
+  FaultEnv env;
+  env.SetRule(JoinPath(out, "resident.bin"), FaultRule::EnospcAfter(0));
+  ASSERT_FALSE(RunPack(&env, Opts(Model(), out)).ok());
+  // A torn last line (a crash while appending) is ignored, the lines before it still count.
+  const std::string journal = JoinPath(out, std::string(kPackJournalFile));
+  {
+    Result<std::unique_ptr<File>> f = D()->Open(journal, OpenMode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    Result<uint64_t> size = (*f)->Size();
+    ASSERT_TRUE(size.ok());
+    const std::string torn = "u 13 0123";
+    ASSERT_TRUE((*f)->WriteExact(*size, torn.data(), torn.size()).ok());
+  }
+  // The same directory resumed in copy mode: another output plan, so nothing is reused.
+  PackOptions copy = Opts(Model(), out, ExpertsMode::kCopy);
+  copy.resume = true;
+  Result<PackResult> r = RunPack(D(), copy);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stats.units_reused, 0u);
+  CheckAgainstSource(out, Model());
+}
+
+TEST_F(PackTiny, ResumeIgnoresATornJournalLine) {
+  const std::string out = tmp_.Join("p");
+  FaultEnv env;
+  env.SetRule(JoinPath(out, "resident.bin"), FaultRule::EnospcAfter(0));
+  ASSERT_FALSE(RunPack(&env, Opts(Model(), out)).ok());
+  const std::string journal = JoinPath(out, std::string(kPackJournalFile));
+  std::string text = ReadAll(journal);
+  ASSERT_GT(text.size(), 100u);
+  // Cut the last line in half: that unit is redone, the others are kept.
+  text.resize(text.size() - 30);
+  ASSERT_TRUE(WriteFileAtomic(D(), journal, text).ok());
+  PackOptions o = Opts(Model(), out);
+  o.resume = true;
+  Result<PackResult> r = RunPack(D(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stats.units_reused, 12u);  // 13 trunk runs journaled, the last line torn
+  CheckAgainstSource(out, Model());
+}
+
+TEST_F(PackTiny, JobsBelowOneIsAUsageError) {
+  PackOptions o = Opts(Model(), tmp_.Join("p"));
+  o.jobs = 0;
+  Result<PackResult> r = RunPack(D(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().exit_code(), 2);
+  EXPECT_NE(r.status().message().find("--jobs"), std::string::npos);
+}
+
+TEST_F(PackTiny, CheckpointWithoutTokenizerPacksWithoutTokenizerDir) {
+  TempDir model;
+  fs::copy(Model(), model.path(), fs::copy_options::recursive);
+  fs::remove(model.Join("tiktoken.model"));
+  fs::remove(model.Join("tokenizer_config.json"));
+  const std::string out = tmp_.Join("p");
+  Result<PackResult> r = RunPack(D(), Opts(model.path(), out));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(fs::exists(JoinPath(out, "tokenizer")));
+  for (const Region& reg : r->manifest.regions) EXPECT_NE(reg.file.rfind("tokenizer/", 0), 0u);
+  CheckAgainstSource(out, model.path());
+}
+
 TEST_F(PackTiny, SubcommandParsesFlagsAndPacks) {
   CLI::App app("k3prep", "k3prep");
   OutputOptions out;

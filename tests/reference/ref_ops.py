@@ -176,13 +176,16 @@ def moe(x, W, topk, renorm, routed_scale, latent_norm, eps, b1, b2):
         key = W.get("_layer", -1)
         STATS.route_counts[key] = STATS.route_counts.get(key, 0) + counts
     z = linear(x, W["down"])                                            # [T, latent]
+    # Each selected expert runs once on the rows that chose it; Y[t, j] = expert idx[t, j] on z_t.
+    Y = z.new_zeros(z.shape[0], topk, z.shape[1])
+    for e in torch.unique(idx).tolist():
+        t_idx, j_idx = (idx == e).nonzero(as_tuple=True)
+        ze = z[t_idx]
+        a = situ_glu(linear(ze, W["w1"][e]), linear(ze, W["w3"][e]), b1, b2, "routed")
+        Y[t_idx, j_idx] = linear(a, W["w2"][e])
     acc = torch.zeros_like(z)
-    for j in range(topk):
-        e = idx[:, j]
-        g = torch.einsum("tl,til->ti", z, W["w1"][e])
-        u = torch.einsum("tl,til->ti", z, W["w3"][e])
-        y = torch.einsum("ti,tli->tl", situ_glu(g, u, b1, b2, "routed"), W["w2"][e])
-        acc = acc + wts[:, j:j + 1] * y
+    for j in range(topk):                                               # top-k order
+        acc = acc + wts[:, j:j + 1] * Y[:, j]
     if latent_norm:
         acc = rmsnorm(acc, W["norm"], eps)                              # on the AGGREGATE
     routed = linear(acc, W["up"])

@@ -16,6 +16,13 @@ namespace {
 // values and the larger presets keep tiny's activation scale.
 constexpr float kMatrixStd = 0.02f;  // every ≥2-D weight
 constexpr float kSituStd = 1.2f;     // gate/up feeding SiTU (experts, shared, dense): hits caps
+// lm_head ten times the other matrices: logits of rms ~2 instead of ~0.2, so greedy steps have
+// clear top-2 gaps and the reference gates compare more steps (the 1e-3 gap rule, DESIGN.md §7).
+constexpr float kLmHeadStd = 0.2f;
+// Router scores σ(logit) spread by about ±0.06 around 0.5 (logit std ~0.23 at every preset);
+// a selection bias of ±0.03 reorders some selections without making experts unreachable
+// (MODEL.md §6.2's ±0.15 overrode the scores for 91 % of routings and starved experts 0–2).
+constexpr float kRouterBiasSpread = 0.03f;
 constexpr float kGainSpread = 0.05f; // norm gains 1 + 0.05·z ("near 1"; §6.2 used exactly 1)
 constexpr float kDtBiasStd = 0.5f;
 constexpr float kConvStd = 0.4f;
@@ -74,7 +81,7 @@ class Builder {
     const uint64_t E = U(c_.hidden), V = U(c_.vocab);
     // §6.2: the embedding is N(0, 0.02) whatever the width (its rows are read, not multiplied).
     Add("language_model.model.embed_tokens.weight", DType::kBF16, {V, E}, Flat(kMatrixStd));
-    Matrix("language_model.lm_head.weight", V, E, kMatrixStd, kTinyHidden);
+    Matrix("language_model.lm_head.weight", V, E, kLmHeadStd, kTinyHidden);
     Small("language_model.model.norm.weight", {E}, Gain(), false);
     Small("language_model.model.output_attn_res_norm.weight", {E}, Gain(), false);
     Small("language_model.model.output_attn_res_proj.weight", {1, E},
@@ -142,8 +149,9 @@ class Builder {
     const uint64_t E = U(c_.hidden), NE = U(c_.n_experts), LAT = U(c_.latent);
     const uint64_t SI = U(c_.moe_inter) * U(c_.n_shared);
     Matrix(p + "gate.weight", NE, E, kMatrixStd, kTinyHidden);
-    // Selection bias spread like §6.2's linspace(−0.15, 0.15): it reorders some selections.
-    Small(p + "gate.e_score_correction_bias", {NE}, Linspace(-0.15f, 0.15f, c_.n_experts), true);
+    // Selection bias: linspace over the experts, reordering some selections (see above).
+    Small(p + "gate.e_score_correction_bias", {NE},
+          Linspace(-kRouterBiasSpread, kRouterBiasSpread, c_.n_experts), true);
     Matrix(p + "routed_expert_down_proj.weight", LAT, E, kMatrixStd, kTinyHidden);
     Small(p + "routed_expert_norm.weight", {LAT}, Gain(), false);
     Matrix(p + "routed_expert_up_proj.weight", E, LAT, kMatrixStd, kTinyLatent);

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/aligned_buffer.h"
@@ -571,7 +572,9 @@ class Packer {
   Status Run(const std::vector<Window>& windows, Progress* progress) {
     progress_ = progress;
     windows_ = &windows;
+    StartSyncer();
     Status s = o_.jobs <= 1 ? RunSerial() : RunOverlapped();
+    StopSyncer();
     if (!s.ok()) {
       // Keep what is finished for --resume; the original error is what the user needs.
       (void)FlushJournal(/*best_effort=*/true);
@@ -580,8 +583,11 @@ class Packer {
     return FlushJournal();
   }
 
+  ~Packer() { StopSyncer(); }
+
   // Truncates each temporary output to its planned size, fsyncs and closes it.
   Status FinishOutputs() {
+    if (!early_sync_status_.ok()) return early_sync_status_;
     for (size_t i = 0; i < outputs_.size(); ++i) {
       if (!outputs_[i]) continue;
       K3_RETURN_IF_ERROR(outputs_[i]->Truncate(plan_->streams[i].size));
@@ -681,6 +687,7 @@ class Packer {
 
   Status Consume(const Window& w, const uint8_t* buf) {
     Stream& s = plan_->streams[w.stream];
+    std::vector<size_t> finished;  // units that end in this window: journaled once written
     for (const Seg& seg : w.segs) {
       const uint8_t* data = buf + (seg.dst - w.begin);
       // The unit this segment belongs to (segments never cross unit ends).
@@ -729,7 +736,7 @@ class Packer {
       }
       if (seg.dst + seg.len == unit.end) {
         unit.span = unit_hash_->Digest();
-        if (!s.final_path.empty()) pending_.push_back(unit_id);
+        if (!s.final_path.empty()) finished.push_back(unit_id);
       }
     }
     if (File* out = outputs_[w.stream].get()) {
@@ -737,6 +744,8 @@ class Packer {
       stats_->bytes_written += w.end - w.begin;
       unflushed_ += w.end - w.begin;
       dirty_[w.stream] = true;
+      pending_.insert(pending_.end(), finished.begin(), finished.end());
+      if (w.end == s.size) QueueSync(w.stream);
     }
     progress_->Add(w.end - w.begin);
     if (unflushed_ >= o_.journal_flush_bytes) {
@@ -754,7 +763,16 @@ class Packer {
     std::map<size_t, bool> synced;
     for (auto& [stream, dirty] : dirty_) {
       if (dirty) {
-        Status s = outputs_[stream]->Sync();
+        Status s;
+        {
+          std::lock_guard<std::mutex> lock(sync_mu_);
+          s = outputs_[stream]->Sync();
+        }
+        {
+          // A failed early fsync is reported once; a later fsync may then "succeed".
+          std::lock_guard<std::mutex> lock(queue_mu_);
+          if (s.ok() && early_sync_failed_.count(stream)) s = early_sync_status_;
+        }
         if (!s.ok() && !best_effort) return s;
         synced[stream] = s.ok();
       }
@@ -762,8 +780,10 @@ class Packer {
     }
     std::string text;
     for (size_t u : pending_) {
+      // Every pending unit's stream is dirty (written since the last flush), so it is in
+      // `synced`; only units whose bytes reached the disk get a line.
       auto it = synced.find(plan_->units[u].stream);
-      if (it == synced.end() || it->second) text += JournalLine(*plan_, u);
+      if (it != synced.end() && it->second) text += JournalLine(*plan_, u);
     }
     pending_.clear();
     K3_RETURN_IF_ERROR(journal_->WriteExact(journal_size_, text.data(), text.size()));
@@ -865,6 +885,52 @@ class Packer {
     return result;
   }
 
+  // Finished output files are fsynced by a background thread while the pipeline goes on, so
+  // the final fsyncs find little left to write. All File::Sync calls hold sync_mu_ (Env: Sync
+  // must not race with other calls on the same File; no other call touches a finished file).
+  void StartSyncer() {
+    syncer_ = std::thread([this] {
+      for (;;) {
+        size_t i = 0;
+        {
+          std::unique_lock<std::mutex> lock(queue_mu_);
+          queue_cv_.wait(lock, [&] { return queue_done_ || !sync_queue_.empty(); });
+          if (sync_queue_.empty()) return;
+          i = sync_queue_.front();
+          sync_queue_.pop_front();
+        }
+        Status s;
+        {
+          std::lock_guard<std::mutex> lock(sync_mu_);
+          s = outputs_[i]->Sync();
+        }
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(queue_mu_);
+          early_sync_failed_.insert(i);
+          if (early_sync_status_.ok()) early_sync_status_ = s;
+        }
+      }
+    });
+  }
+
+  void QueueSync(size_t stream) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      sync_queue_.push_back(stream);
+    }
+    queue_cv_.notify_all();
+  }
+
+  // Waits for queued fsyncs (their failures surface in FinishOutputs).
+  void StopSyncer() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      queue_done_ = true;
+    }
+    queue_cv_.notify_all();
+    if (syncer_.joinable()) syncer_.join();
+  }
+
   void InitCursors() {
     unit_cursor_.assign(plan_->streams.size(), 0);
   }
@@ -891,6 +957,14 @@ class Packer {
   uint64_t region_left_ = 0, expert_left_ = 0;
   std::unique_ptr<Xxh3_128Stream> unit_hash_, region_hash_;
   std::unique_ptr<Xxh3_64Stream> expert_hash_;
+  std::mutex sync_mu_;
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<size_t> sync_queue_;
+  bool queue_done_ = false;
+  std::set<size_t> early_sync_failed_;
+  Status early_sync_status_;
+  std::thread syncer_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -24,8 +24,31 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# The npm side (tokenizer parity test and benchmark), run at the end whatever apt did.
+install_tokenizer_parity_npm() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/k3run/tokenizer/parity"
+  if [ -f "$dir/node_modules/tiktoken/encoders/o200k_base.json" ]; then
+    echo "setup: npm tiktoken already installed in $dir/node_modules"
+    return 0
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: WARNING: npm not found; the tokenizer parity test will be SKIPPED" >&2
+    return 0
+  fi
+  echo "setup: npm install (tiktoken, pinned in $dir/package.json) into $dir/node_modules"
+  if (cd "$dir" && timeout 300 npm install --no-audit --no-fund --loglevel=error); then
+    echo "setup: installed npm tiktoken for the tokenizer parity test"
+  else
+    echo "setup: WARNING: npm install failed (registry unreachable?); the tokenizer parity" \
+         "test will be SKIPPED until scripts/setup.sh is rerun with network access" >&2
+  fi
+  return 0
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
+  install_tokenizer_parity_npm
   exit 0
 fi
 
@@ -43,3 +66,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -qq
 "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: installed ${missing[*]}"
+install_tokenizer_parity_npm

@@ -1,12 +1,14 @@
 // Text → token ids and back: the tiktoken byte-level BPE with the Kimi K3 pre-tokenizer.
 //
 // Goals: exactly upstream's encoding (tiktoken core + tokenization_kimi.py): invalid UTF-8 is
-// first replaced (Python errors="replace"); the text is cut into ≤ 400,000-character pieces and
-// ≤ 25,000-character runs of whitespace / non-whitespace (str.isspace()); each run is split by
-// the Kimi pattern (PCRE2, `&&` intersections rewritten as lookaheads); each regex match is a
-// token if its bytes are one, else byte-level BPE (repeatedly merge the adjacent pair whose
-// concatenation has the lowest rank). Special (added) tokens are recognised in the text only
-// when allowed. Fast: hash maps over byte strings, a heap-driven BPE for long pieces.
+// first replaced (Python errors="replace"); the text is cut into ≤ 400,000-character pieces,
+// each cut again inside any run of str.isspace() / non-space characters longer than 25,000
+// (text_split.h); in each piece, added tokens are found when allowed (leftmost, longest first)
+// and the text between them is split by the Kimi pattern (pretokenizer.h, pattern.h); each
+// regex match is one token if its bytes are a rank, else byte-level BPE (bpe.h). Ids are dense:
+// ranks 0..R−1, then the added tokens R..V−1 (as released: 163584..163839).
+// Fast: flat hash tables over byte strings, a heap-driven BPE for long pieces (a 1 MiB run of
+// one character encodes in ~0.1 s).
 // Non-goals: the chat template, sampling, streaming UTF-8 output (k3run/utf8.h), loading the
 // files' bytes from a prepared directory with hash checks (callers pass paths they trust).
 //
@@ -24,6 +26,7 @@
 
 #include "common/env.h"
 #include "common/status.h"
+#include "formats/tiktoken.h"
 
 namespace k3::tok {
 
@@ -33,6 +36,10 @@ class Tokenizer {
   // ranks + added tokens must equal expected_vocab (the model config's vocab_size) when > 0.
   static Result<Tokenizer> Load(Env* env, const std::string& tiktoken_model_path,
                                 const std::string& tokenizer_config_path, int64_t expected_vocab);
+  // The same from parsed files (tests, and callers that read the files themselves, e.g. after
+  // checking their hashes). `source` names them in messages.
+  static Result<Tokenizer> FromParts(tiktoken::Vocab vocab, tiktoken::TokenizerConfig config,
+                                     int64_t expected_vocab, const std::string& source);
   // Invalid UTF-8 is first replaced by U+FFFD per maximal invalid subsequence (Python
   // errors="replace"). allow_special: recognise added tokens' text (user prompt files: true,
   // the upstream default; chat message content: false).

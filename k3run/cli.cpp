@@ -9,21 +9,31 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 
 #include "common/log.h"
 #include "common/sysinfo.h"
 #include "formats/prepared_manifest.h"
+#include "k3run/chat_session.h"
+#include "k3run/chat_template.h"
 #include "k3run/detokenize.h"
 #include "k3run/generate.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/model.h"
 #include "k3run/plan.h"
 #include "k3run/report.h"
+#include "k3run/sampler.h"
+#include "k3run/tokenizer/tokenizer.h"
 #include "k3run/utf8.h"
 #include "k3run/weights.h"
 
 namespace k3::run {
 namespace {
+
+// Chat plans its KV cache for a fixed context (upstream's serve default) rather than the model's
+// 1 Mi positions; every turn's rendered transcript + --gen must fit in it.
+constexpr int64_t kChatContext = 8192;
+constexpr int64_t kChatDefaultGen = 2048;
 
 static_assert(std::endian::native == std::endian::little,
               "--dump-logits writes float32 little-endian by copying memory");
@@ -90,6 +100,72 @@ Result<prep::PreparedDir> OpenForRun(Env* env, const RunOptions& o) {
   return p;
 }
 
+// Reads fd 0 a line at a time (the REPL's default input).
+std::optional<std::string> ReadLineFd0() {
+  std::string line;
+  char ch = 0;
+  while (true) {
+    const ssize_t n = ::read(0, &ch, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return line.empty() ? std::nullopt : std::optional<std::string>(line);
+    if (ch == '\n') return line;
+    line += ch;
+  }
+}
+
+// Which prompt source the flags chose; exactly one is required.
+Status CheckModes(const RunOptions& o) {
+  const int sources = (!o.ids.empty() ? 1 : 0) + (o.prompt ? 1 : 0) + (o.prompt_file ? 1 : 0) +
+                      (o.chat ? 1 : 0);
+  if (sources == 0) {
+    return Status::Invalid("no prompt: give --ids 1,2,3, --prompt TEXT, --prompt-file PATH or "
+                           "--chat");
+  }
+  if (sources > 1) {
+    return Status::Invalid("--ids, --prompt, --prompt-file and --chat are exclusive: give "
+                           "exactly one");
+  }
+  if (!o.chat) {
+    const char* chat_only = o.system ? "--system"
+                            : !o.history.empty() ? "--history"
+                            : o.no_think ? "--no-think"
+                            : o.effort ? "--thinking-effort"
+                                       : nullptr;
+    if (chat_only) return Status::Invalid(std::string(chat_only) + " needs --chat");
+  } else {
+    const char* not_chat = !o.dump_logits.empty() ? "--dump-logits"
+                           : !o.out.empty()       ? "--out"
+                           : !o.stop_ids.empty()  ? "--stop-id"
+                           : o.recompute          ? "--recompute"
+                                                  : nullptr;
+    if (not_chat) {
+      return Status::Invalid(std::string(not_chat) + " cannot be used with --chat (chat stops "
+                             "at [EOS] or <|end_of_msg|> and writes no report)");
+    }
+    if (o.no_think && o.effort) {
+      return Status::Invalid("--no-think and --thinking-effort contradict each other: give one");
+    }
+    if (o.effort) K3_RETURN_IF_ERROR(ValidateEffort(*o.effort));
+    if (o.gen <= 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat needs > 0");
+  }
+  return ValidateSamplerOptions(o.sampling);
+}
+
+// The prepared directory's tokenizer: the Detokenizer load checks both files' XXH3-128 against
+// k3.json (kIntegrity on a mismatch) before the encoder parses them.
+Result<tok::Tokenizer> LoadTokenizer(Env* env, const prep::PreparedDir& p, const char* flag) {
+  K3_ASSIGN_OR_RETURN(std::optional<Detokenizer> checked, Detokenizer::Load(env, p));
+  const prep::Region* model = p.manifest.FindRegion("tokenizer/tiktoken.model");
+  const prep::Region* config = p.manifest.FindRegion("tokenizer/tokenizer_config.json");
+  if (!checked || model == nullptr || config == nullptr) {
+    return Status::Invalid(std::string(flag) + " needs a tokenizer, and " + p.dir +
+                           " has no tokenizer/tiktoken.model and tokenizer_config.json: pack "
+                           "a checkpoint that has them, or give --ids");
+  }
+  return tok::Tokenizer::Load(env, JoinPath(p.dir, model->file), JoinPath(p.dir, config->file),
+                              p.manifest.config.vocab);
+}
+
 }  // namespace
 
 Result<std::vector<int32_t>> ParseIdList(std::string_view text, std::string_view flag) {
@@ -131,7 +207,9 @@ Status CheckIdsInVocab(const std::vector<int64_t>& ids, int64_t vocab, std::stri
   return Status::Ok();
 }
 
-Status RunK3run(const RunOptions& o, const CliIo& io) {
+Status RunK3run(const RunOptions& options, const CliIo& io) {
+  RunOptions o = options;
+  if (o.chat && !o.gen_set) o.gen = kChatDefaultGen;
   Env* env = io.env ? io.env : Env::Default();
   const auto out = io.write_stdout ? io.write_stdout : WriteFd1;
   const bool lines = !o.output.quiet && o.output.progress != ProgressMode::kNone;
@@ -140,20 +218,48 @@ Status RunK3run(const RunOptions& o, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(kernels::Isa isa, kernels::IsaFromEnvironment());
   kernels::SetIsa(isa);
   if (o.threads > 0) kernels::SetThreads(o.threads);
-  if (o.ids.empty()) {
-    return Status::Invalid("no prompt: give token ids with --ids 1,2,3");
+  K3_RETURN_IF_ERROR(CheckModes(o));
+  std::vector<int32_t> prompt;
+  if (!o.ids.empty()) {
+    K3_ASSIGN_OR_RETURN(prompt, ParseIdList(o.ids, "--ids"));
   }
-  K3_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, ParseIdList(o.ids, "--ids"));
+  std::string prompt_text;
+  if (o.prompt) prompt_text = *o.prompt;
+  if (o.prompt_file) {
+    Result<std::string> text = ReadFileToString(env, *o.prompt_file, uint64_t{1} << 30);
+    // An unreadable input is a usage error (exit 2, DESIGN.md §6), whatever errno said.
+    if (!text.ok()) return Status::Invalid("--prompt-file: " + text.status().message());
+    prompt_text = std::move(text).value();
+  }
   if (o.gen < 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": must be >= 0");
 
   // 2. The prepared directory, then the ids and limits against its config.
   K3_ASSIGN_OR_RETURN(prep::PreparedDir prepared, OpenForRun(env, o));
   const ModelConfig& c = prepared.manifest.config;
   const std::string manifest = JoinPath(o.prepared, "k3.json");
+  const char* mode = o.chat ? "--chat" : o.prompt ? "--prompt" : o.prompt_file ? "--prompt-file"
+                                                                             : "--ids";
+  std::optional<tok::Tokenizer> tokenizer;
+  if (o.ids.empty()) {
+    K3_ASSIGN_OR_RETURN(tok::Tokenizer t, LoadTokenizer(env, prepared, mode));
+    tokenizer.emplace(std::move(t));
+  }
+  if (!o.chat && o.ids.empty()) {
+    // Prompts from the user's own text may name special tokens (the upstream default).
+    prompt = tokenizer->Encode(prompt_text, /*allow_special=*/true);
+    if (prompt.empty()) {
+      return Status::Invalid(std::string(mode) + ": the prompt is empty (0 ids); give some text");
+    }
+  }
   K3_RETURN_IF_ERROR(CheckIdsInVocab(std::vector<int64_t>(prompt.begin(), prompt.end()), c.vocab,
-                                     "--ids", manifest));
+                                     mode, manifest));
   K3_RETURN_IF_ERROR(CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", manifest));
-  const int64_t P = static_cast<int64_t>(prompt.size());
+  if (o.chat && o.gen >= kChatContext) {
+    return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat plans a context of " +
+                           std::to_string(kChatContext) + " positions, so --gen must be below it");
+  }
+  // Chat plans for the longest transcript a turn may render within the context.
+  const int64_t P = o.chat ? kChatContext - o.gen : static_cast<int64_t>(prompt.size());
   if (P > kMaxPositions || o.gen > kMaxPositions - P) {
     return Status::Invalid("--gen " + std::to_string(o.gen) + " with a prompt of " +
                            std::to_string(P) + " ids needs " + std::to_string(P + o.gen) +
@@ -189,8 +295,47 @@ Status RunK3run(const RunOptions& o, const CliIo& io) {
     }
   }
 
+  // Sampling: a seed is always reported so a sampled run can be repeated.
+  uint64_t seed = 0;
+  if (o.sampling.sampling()) {
+    seed = o.sampling.seed ? *o.sampling.seed
+                           : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+    if (!o.output.quiet) {
+      LogInfo("sampler: PCG32 seed " + std::to_string(seed) + ", temperature " +
+              std::to_string(o.sampling.temperature.value_or(1.0)) + ", top-p " +
+              std::to_string(o.sampling.top_p.value_or(1.0)) + ", top-k " +
+              std::to_string(o.sampling.top_k.value_or(0)));
+    }
+  }
+
+  if (o.chat) {
+    Model model(c, weights.get(), layers);
+    K3_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(&*tokenizer, o.prepared));
+    ChatOptions co;
+    co.system = o.system;
+    co.history_path = o.history;
+    co.tmpl.thinking = !o.no_think;
+    co.tmpl.effort = o.effort.value_or("max");
+    co.gen = o.gen;
+    co.max_positions = plan.positions;
+    co.sampling = o.sampling;
+    co.seed = seed;
+    co.progress = lines;
+    ChatIo cio;
+    cio.env = env;
+    cio.read_line = io.read_line ? io.read_line : ReadLineFd0;
+    cio.write_stdout = out;
+    cio.write_stderr = [](std::string_view s) {
+      if (!Quiet()) WriteStderr(s);
+    };
+    return RunChatSession(&model, weights.get(), *tokenizer, tmpl, co, cio);
+  }
+
   // 4. Outputs that can fail before the run starts.
-  K3_ASSIGN_OR_RETURN(std::optional<Detokenizer> detok, Detokenizer::Load(env, prepared));
+  std::optional<Detokenizer> detok;
+  if (!tokenizer) {
+    K3_ASSIGN_OR_RETURN(detok, Detokenizer::Load(env, prepared));
+  }
   std::unique_ptr<LogitsDump> dump;
   if (!o.dump_logits.empty()) {
     K3_ASSIGN_OR_RETURN(dump, LogitsDump::Open(env, o.dump_logits));
@@ -209,8 +354,9 @@ Status RunK3run(const RunOptions& o, const CliIo& io) {
     if (lines) LogInfo(StepLine(s));
     if (dump && (o.dump_all || s.index == 0)) K3_RETURN_IF_ERROR(dump->Append(logits, c.vocab));
     if (s.token < 0) return Status::Ok();
-    if (detok) {
-      const std::string bytes = detok->Bytes(s.token);
+    if (tokenizer || detok) {
+      const std::string bytes =
+          tokenizer ? std::string(tokenizer->TokenBytes(s.token)) : detok->Bytes(s.token);
       text += bytes;
       const std::string ready = chunker.Push(bytes);
       if (!ready.empty()) K3_RETURN_IF_ERROR(out(ready));
@@ -219,7 +365,9 @@ Status RunK3run(const RunOptions& o, const CliIo& io) {
     }
     return Status::Ok();
   };
-  K3_ASSIGN_OR_RETURN(GenerateResult result, Generate(&model, weights.get(), g, on_step));
+  Sampler sampler(o.sampling, seed, 0);
+  K3_ASSIGN_OR_RETURN(GenerateResult result,
+                      GenerateWithSampler(&model, weights.get(), g, &sampler, on_step));
   const std::string tail = chunker.Flush();
   if (!tail.empty()) K3_RETURN_IF_ERROR(out(tail));
   if (dump) K3_RETURN_IF_ERROR(dump->Finish());
@@ -234,7 +382,7 @@ Status RunK3run(const RunOptions& o, const CliIo& io) {
   r.threads = kernels::Threads();
   r.prompt_ids = prompt;
   r.generated_ids = result.generated;
-  if (detok) r.generated_bytes = text;
+  if (tokenizer || detok) r.generated_bytes = text;
   r.stopped_by_id = result.stopped_by_id;
   r.steps = result.steps;
   r.plan = plan;
@@ -260,8 +408,50 @@ Status RunK3run(const RunOptions& o, const CliIo& io) {
 void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option("PREPARED", o->prepared, "prepared directory (k3prep pack)")->required();
   app->add_option("--ids", o->ids, "prompt token ids, comma-separated: 1,2,3");
-  app->add_option("--gen", o->gen, "tokens to generate (0: prefill only)")
-      ->check(CLI::NonNegativeNumber);
+  app->add_option_function<std::string>(
+      "--prompt", [o](const std::string& v) { o->prompt = v; },
+      "prompt text (special tokens such as [BOS] are recognised)");
+  app->add_option_function<std::string>(
+      "--prompt-file", [o](const std::string& v) { o->prompt_file = v; },
+      "read the prompt text from PATH (bytes verbatim; special tokens recognised)");
+  app->add_flag("--chat", o->chat, "interactive chat on stdin (/help, /reset, /exit)");
+  app->add_option_function<std::string>(
+      "--system", [o](const std::string& v) { o->system = v; }, "chat: the system message");
+  app->add_option("--history", o->history,
+                  "chat: JSONL transcript to resume and to save after every turn");
+  app->add_flag("--no-think", o->no_think, "chat: thinking channel off");
+  app->add_option_function<std::string>(
+      "--thinking-effort", [o](const std::string& v) { o->effort = v; },
+      "chat: low|high|max (default max)");
+  app->add_option_function<double>(
+      "--temperature", [o](const double& v) { o->sampling.temperature = v; },
+      "sample with this temperature (> 0); default greedy");
+  app->add_option_function<double>(
+      "--top-p", [o](const double& v) { o->sampling.top_p = v; },
+      "sample from the smallest set of tokens with this probability mass, (0, 1]");
+  app->add_option_function<int64_t>(
+      "--top-k", [o](const int64_t& v) { o->sampling.top_k = v; },
+      "sample from the K most likely tokens (0: all)");
+  // Parsed here: CLI11 would wrap "-1" into 2^64 − 1 for an unsigned option.
+  app->add_option_function<std::string>(
+      "--seed",
+      [o](const std::string& v) {
+        uint64_t seed = 0;
+        bool ok = !v.empty() && v.size() <= 20;
+        for (char ch : v) {
+          const auto d = static_cast<uint64_t>(ch - '0');
+          if (ch < '0' || ch > '9' || seed > (UINT64_MAX - d) / 10) ok = false;
+          if (ok) seed = seed * 10 + d;
+        }
+        if (!ok) {
+          throw CLI::ValidationError("--seed", "\"" + v + "\" is not an integer in [0, 2^64)");
+        }
+        o->sampling.seed = seed;
+      },
+      "sampler seed (PCG32 via SplitMix64; same seed, same tokens)");
+  app->add_option("--gen", o->gen, "tokens to generate (0: prefill only; chat: per turn, 2048)")
+      ->check(CLI::NonNegativeNumber)
+      ->each([o](const std::string&) { o->gen_set = true; });
   app->add_flag("--recompute", o->recompute,
                 "re-run the whole prefix every step (the check path; same bits, O(T^2))");
   app->add_option("--stop-id", o->stop_ids, "stop after generating this id (repeatable)");
@@ -282,8 +472,10 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
 }
 
 int K3runMain(int argc, char** argv, const CliIo& io) {
-  CLI::App app("k3run: greedy generation with Kimi K3 from a prepared directory", "k3run");
+  CLI::App app("k3run: text generation with Kimi K3 from a prepared directory", "k3run");
   RunOptions o;
+  // --quiet is process state; an in-process caller (tests, a REPL host) starts each run afresh.
+  SetQuiet(false);
   AddRunFlags(&app, &o);
   return RunCli(app, argc, argv, [&] { return RunK3run(o, io); });
 }

@@ -1,0 +1,182 @@
+// The JSONL chat history (k3run/chat_history.h): one test per reading rule with a malformed
+// line, each asserting the file and line are named; round trip; atomic save under faults.
+#include "k3run/chat_history.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/fault_env.h"
+#include "tests/support/temp_dir.h"
+
+namespace k3::run {
+namespace {
+
+bool Has(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+const std::string kGood =
+    "{\"role\":\"system\",\"content\":\"Be brief.\"}\n"
+    "{\"role\":\"user\",\"content\":\"Hi\"}\n"
+    "{\"role\":\"assistant\",\"content\":\"Hello\",\"reasoning_content\":\"greet\"}\n";
+
+// Parses kGood with line 2 replaced by `line`; expects kInvalid naming h.jsonl:2 and `what`.
+void ExpectLine2Rejected(const std::string& line, const std::string& what) {
+  const std::string text = "{\"role\":\"system\",\"content\":\"s\"}\n" + line +
+                           "\n{\"role\":\"assistant\",\"content\":\"a\"}\n";
+  const Status s = ParseHistory(text, "h.jsonl").status();
+  EXPECT_EQ(s.code(), Code::kInvalid) << line;
+  EXPECT_TRUE(Has(s.message(), "h.jsonl:2: ")) << s.message();
+  EXPECT_TRUE(Has(s.message(), what)) << s.message();
+}
+
+TEST(ChatHistory, ParsesAWellFormedTranscript) {
+  Result<std::vector<ChatMessage>> r = ParseHistory(kGood, "h.jsonl");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].role, "system");
+  EXPECT_EQ((*r)[1].content, "Hi");
+  EXPECT_EQ((*r)[2].reasoning, "greet");
+}
+
+TEST(ChatHistory, DuplicateKeyIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a","content":"b"})",
+                      "duplicate key \"content\"");
+}
+
+TEST(ChatHistory, UnknownKeyIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a","name":"bob"})", "unknown key \"name\"");
+}
+
+TEST(ChatHistory, RawControlByteIsRejectedWithOffset) {
+  // Line 1 is 31 bytes + LF; the tab is column 28 of line 2, so byte offset 32 + 27.
+  ExpectLine2Rejected("{\"role\":\"user\",\"content\":\"a\tb\"}",
+                      "raw control byte 0x09 at byte offset 59 (column 28)");
+}
+
+TEST(ChatHistory, BadEscapeIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a\qb"})", "invalid JSON at byte offset");
+}
+
+TEST(ChatHistory, UnpairedSurrogateEscapeIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a\ud800b"})", "surrogate");
+}
+
+TEST(ChatHistory, LoneLowSurrogateEscapeIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"\udc00"})", "surrogate");
+}
+
+TEST(ChatHistory, EscapedNulIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a\u0000b"})", "NUL");
+}
+
+TEST(ChatHistory, InvalidUtf8IsRejected) {
+  ExpectLine2Rejected("{\"role\":\"user\",\"content\":\"a\xff\"}", "invalid JSON");
+}
+
+TEST(ChatHistory, BlankLineIsRejected) { ExpectLine2Rejected("", "blank line"); }
+
+TEST(ChatHistory, TrailingDataIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a"} {})", "invalid JSON");
+}
+
+TEST(ChatHistory, NonObjectLineIsRejected) {
+  ExpectLine2Rejected(R"(["user","a"])", "expected a JSON object");
+}
+
+TEST(ChatHistory, NonStringValueIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":7})", "\"content\" must be a string");
+}
+
+TEST(ChatHistory, MissingContentIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user"})", "missing key \"content\"");
+}
+
+TEST(ChatHistory, UnknownRoleIsRejected) {
+  ExpectLine2Rejected(R"({"role":"tool","content":"a"})", "role \"tool\"");
+}
+
+TEST(ChatHistory, ReasoningOnUserIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a","reasoning_content":"r"})",
+                      "reasoning_content on a user message");
+}
+
+TEST(ChatHistory, OverlongLineIsRejected) {
+  const std::string line =
+      "{\"role\":\"user\",\"content\":\"" + std::string(kMaxHistoryLineBytes, 'a') + "\"}";
+  ExpectLine2Rejected(line, "exceeds the 16 MiB limit");
+}
+
+TEST(ChatHistory, AssistantFirstBreaksRoleOrder) {
+  const Status s = ParseHistory("{\"role\":\"assistant\",\"content\":\"a\"}\n", "h.jsonl").status();
+  EXPECT_TRUE(Has(s.message(), "h.jsonl:1: role \"assistant\" where \"user\"")) << s.message();
+}
+
+TEST(ChatHistory, TwoUsersInARowBreakRoleOrder) {
+  const Status s = ParseHistory(
+      "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"user\",\"content\":\"b\"}\n", "h")
+                       .status();
+  EXPECT_TRUE(Has(s.message(), "h:2: role \"user\" where \"assistant\"")) << s.message();
+}
+
+TEST(ChatHistory, SystemAfterTheStartBreaksRoleOrder) {
+  const Status s = ParseHistory(
+      "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"system\",\"content\":\"b\"}\n", "h")
+                       .status();
+  EXPECT_TRUE(Has(s.message(), "h:2: role \"system\" where \"assistant\"")) << s.message();
+}
+
+TEST(ChatHistory, EndingWithAUserTurnIsAllowed) {
+  EXPECT_TRUE(ParseHistory("{\"role\":\"user\",\"content\":\"a\"}\n", "h").ok());
+}
+
+TEST(ChatHistory, SerializeRoundTripsEveryByte) {
+  std::string tricky = "quote\" back\\ nl\n cr\r tab\t bell\x07 del\x7f é 日本 😀";
+  const std::vector<ChatMessage> m = {{"system", "s", ""},
+                                      {"user", tricky, ""},
+                                      {"assistant", "a\nb", "think \"hard\""}};
+  const std::string text = SerializeHistory(m);
+  EXPECT_TRUE(Has(text, R"(quote\" back\\ nl\n cr\r tab\t bell\u0007 del)")) << text;
+  Result<std::vector<ChatMessage>> back = ParseHistory(text, "t");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->size(), 3u);
+  EXPECT_EQ((*back)[1].content, tricky);
+  EXPECT_EQ((*back)[2].reasoning, "think \"hard\"");
+}
+
+TEST(ChatHistory, MissingFileIsAnEmptyHistory) {
+  test::TempDir tmp;
+  Result<std::vector<ChatMessage>> r = LoadHistory(Env::Default(), tmp.Join("none.jsonl"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->empty());
+}
+
+TEST(ChatHistory, FailedSaveLeavesTheOldTranscript) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("h.jsonl");
+  ASSERT_TRUE(SaveHistory(Env::Default(), path, {{"user", "old", ""}}).ok());
+  const std::string before = SerializeHistory({{"user", "old", ""}});
+  for (const test::FaultRule& rule :
+       {test::FaultRule::RenameFails(), test::FaultRule::SyncFails(),
+        test::FaultRule::EnospcAfter(3)}) {
+    test::FaultEnv env;
+    env.SetRule(tmp.path(), rule);
+    const Status s = SaveHistory(&env, path, {{"user", "new", ""}, {"assistant", "x", ""}});
+    EXPECT_FALSE(s.ok());
+    std::ifstream in(path, std::ios::binary);
+    const std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(now, before);
+    EXPECT_FALSE(std::filesystem::exists(TempPathFor(path)));
+  }
+}
+
+TEST(ChatHistory, SaveRefusesABadRoleOrder) {
+  test::TempDir tmp;
+  const Status s = SaveHistory(Env::Default(), tmp.Join("h"), {{"assistant", "a", ""}});
+  EXPECT_EQ(s.code(), Code::kInvalid);
+}
+
+}  // namespace
+}  // namespace k3::run

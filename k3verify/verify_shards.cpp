@@ -14,6 +14,7 @@
 #include "formats/config.h"
 #include "formats/download_manifest.h"
 #include "formats/safetensors.h"
+#include "k3verify/verdict.h"
 
 namespace k3::verify {
 namespace {
@@ -104,38 +105,12 @@ void CompareWithManifest(Env* env, const std::string& dir, const dl::DownloadMan
   }
 }
 
-int Severity(Code c) {
-  switch (c) {
-    case Code::kIntegrity: return 4;
-    case Code::kInvalid: return 3;
-    case Code::kIo: return 2;
-    case Code::kUnreliable: return 1;
-    case Code::kOk: return 0;
-  }
-  return 0;
-}
-
 }  // namespace
 
 Status ShardsReport::Verdict() const {
-  const Status* worst = nullptr;
-  size_t count = 0;
-  auto consider = [&](const Status& s) {
-    ++count;
-    if (worst == nullptr || Severity(s.code()) > Severity(worst->code())) worst = &s;
-  };
-  for (const Status& s : problems) consider(s);
-  for (const ShardReport& sh : shards) {
-    for (const Status& s : sh.problems) consider(s);
-  }
-  if (worst == nullptr) return Status::Ok();
-  std::string msg = std::to_string(count) + " problem(s) in " + model_dir + "; the most serious: " +
-                    worst->message();
-  switch (worst->code()) {
-    case Code::kIntegrity: return Status::Integrity(msg);
-    case Code::kIo: return Status::Io(msg);
-    default: return Status::Invalid(msg);
-  }
+  std::vector<Status> all = problems;
+  for (const ShardReport& sh : shards) all.insert(all.end(), sh.problems.begin(), sh.problems.end());
+  return WorstVerdict(all, model_dir);
 }
 
 Result<ShardsReport> VerifyShards(Env* env, const ShardsOptions& options) {

@@ -3,37 +3,6 @@
 namespace k3::tok {
 namespace {
 
-// The valid sequence length at s[i], or 0 with *invalid_len = bytes of the maximal invalid
-// subpart (Unicode Table 3-7; the rule Python and the WHATWG decoder follow).
-size_t ValidLength(std::string_view s, size_t i, size_t* invalid_len) {
-  const auto b0 = static_cast<uint8_t>(s[i]);
-  if (b0 < 0x80) return 1;
-  size_t n = 0;
-  uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    *invalid_len = 1;
-    return 0;
-  }
-  size_t k = 1;
-  for (; k < n && i + k < s.size(); ++k) {
-    const auto b = static_cast<uint8_t>(s[i + k]);
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
-  }
-  if (k == n) return n;
-  *invalid_len = k;
-  return 0;
-}
-
 // Decodes the code point of the valid sequence at s[i] (length n).
 char32_t CodePoint(std::string_view s, size_t i, size_t n) {
   const auto b = [&](size_t k) { return static_cast<char32_t>(static_cast<uint8_t>(s[i + k])); };
@@ -50,37 +19,6 @@ size_t SequenceLength(uint8_t lead) {
 }
 
 }  // namespace
-
-std::string ReplaceInvalidUtf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    size_t bad = 0;
-    const size_t n = ValidLength(s, i, &bad);
-    if (n > 0) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      i += bad;
-    }
-  }
-  return out;
-}
-
-bool IsValidUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    if (static_cast<uint8_t>(s[i]) < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t bad = 0;
-    const size_t n = ValidLength(s, i, &bad);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
 
 bool IsPythonSpace(char32_t c) {
   if (c <= 0x20) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);

@@ -14,15 +14,16 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace k3::tok {
 
 inline constexpr size_t kMaxEncodeChars = 400'000;
 inline constexpr size_t kMaxRunChars = 25'000;
 
-// Python errors="replace" decoding of `bytes`, re-encoded as UTF-8.
-std::string ReplaceInvalidUtf8(std::string_view bytes);
-// True when `bytes` is valid UTF-8 (the fast path of Encode).
-bool IsValidUtf8(std::string_view bytes);
+// Python errors="replace" repair and the validity check (common/utf8.h).
+using k3::IsValidUtf8;
+using k3::ReplaceInvalidUtf8;
 
 // Python's str.isspace() for one code point.
 bool IsPythonSpace(char32_t cp);

@@ -12,46 +12,11 @@ Result<GenerateResult> GenerateWithSampler(Model* model, WeightSource* weights,
                                            const GenerateOptions& o, Sampler* sampler,
                                            const StepCallback& on_step) {
   if (sampler == nullptr || sampler->greedy()) return Generate(model, weights, o, on_step);
-  // Mirrors Generate() step for step; only the choice of the token differs.
-  if (o.prompt.empty()) return Status::Invalid("empty prompt: give at least one token id");
-  const int64_t V = model->vocab();
-  State state = State::Make(model->config(), model->layers(),
-                            PositionsNeeded(static_cast<int64_t>(o.prompt.size()), o.gen));
-  std::vector<int32_t> seq = o.prompt;
-  std::vector<float> logits(static_cast<size_t>(V));
-  GenerateResult out;
-  const int64_t steps = std::max<int64_t>(o.gen, 1);
-  for (int64_t s = 0; s < steps; ++s) {
-    const ReadCounters before = weights->Counters();
-    const auto t0 = std::chrono::steady_clock::now();
-    const int32_t* feed = seq.data();
-    int64_t T = static_cast<int64_t>(seq.size());
-    if (s > 0 && !o.recompute) {
-      feed = &seq.back();
-      T = 1;
-    } else if (s > 0) {
-      state.Reset();
-    }
-    K3_RETURN_IF_ERROR(model->Forward(feed, T, &state, /*all_rows=*/false, logits.data()));
-    StepRecord rec;
-    rec.index = s;
-    rec.tokens_in = T;
-    if (o.gen > 0) rec.token = sampler->Next(logits.data(), V);
-    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rec.bytes = weights->Counters() - before;
-    out.steps.push_back(rec);
-    if (rec.token >= 0) {
-      seq.push_back(rec.token);
-      out.generated.push_back(rec.token);
-    }
-    if (on_step) K3_RETURN_IF_ERROR(on_step(rec, logits.data()));
-    if (rec.token >= 0 &&
-        std::find(o.stop_ids.begin(), o.stop_ids.end(), rec.token) != o.stop_ids.end()) {
-      out.stopped_by_id = true;
-      break;
-    }
-  }
-  return out;
+  GenerateOptions sampled = o;
+  sampled.choose = [sampler](const float* logits, int64_t vocab) {
+    return sampler->Next(logits, vocab);
+  };
+  return Generate(model, weights, sampled, on_step);
 }
 
 namespace {

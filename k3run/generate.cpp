@@ -43,7 +43,7 @@ Result<GenerateResult> Generate(Model* model, WeightSource* weights, const Gener
     StepRecord rec;
     rec.index = s;
     rec.tokens_in = T;
-    if (o.gen > 0) rec.token = Greedy(logits.data(), V);
+    if (o.gen > 0) rec.token = o.choose ? o.choose(logits.data(), V) : Greedy(logits.data(), V);
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rec.bytes = weights->Counters() - before;
     out.steps.push_back(rec);

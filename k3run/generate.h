@@ -28,6 +28,8 @@ struct GenerateOptions {
   int64_t gen = 0;                 // tokens to generate
   bool recompute = false;
   std::vector<int64_t> stop_ids;
+  // Picks the next token from a step's logits [vocab]; empty = Greedy (lowest id on ties).
+  std::function<int32_t(const float* logits, int64_t vocab)> choose;
 };
 
 struct StepRecord {

@@ -1,0 +1,340 @@
+// k3prep download against the local Hub simulator: the normal paths (happy path on a synth
+// checkpoint, paged tree, --include, skip/adopt, tokens) and SIGKILL-then-resume of the real
+// binary. Fault modes live in download_faults_test.cpp.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "k3prep/cli.h"
+#include "k3prep/download_command.h"
+#include "k3prep/download_hub.h"
+#include "k3prep/download_retry.h"
+#include "k3prep/synth_checkpoint.h"
+#include "tests/k3prep/download_test_util.h"
+#include "tests/support/temp_dir.h"
+
+extern char** environ;
+
+namespace k3 {
+namespace {
+
+using download::DownloadResult;
+using download::FileOutcome;
+using test::HubSimConfig;
+using test::HubSimProcess;
+
+std::map<std::string, std::string> ReadTree(const std::string& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    out[std::filesystem::relative(e.path(), root).string()] = test::ReadAll(e.path().string());
+  }
+  return out;
+}
+
+std::vector<std::string> Keys(const std::map<std::string, std::string>& m) {
+  std::vector<std::string> k;
+  for (const auto& [p, d] : m) k.push_back(p);
+  return k;
+}
+
+TEST(Download, HappyPathSynthTinyByteIdenticalManifestAndNoTokenAtCdn) {
+  test::TempDir tmp;
+  synth::SynthOptions so;
+  so.preset = "tiny";
+  so.out = tmp.Join("src");
+  ASSERT_TRUE(synth::RunSynth(Env::Default(), so).ok());
+  const auto src = ReadTree(tmp.Join("src"));
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  cfg.token = test::kTestToken;
+  HubSimProcess sim(tmp.Join("sim"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+
+  DownloadResult r;
+  Status s = download::RunDownload(Env::Default(), test::TestOptions(sim.endpoint(), tmp.Join("dst")), &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r.files.size(), src.size());
+  test::ExpectDownloaded(tmp.Join("dst"), src, Keys(src));
+  EXPECT_EQ(r.bytes_read_local, 0u) << "hashing must not re-read downloaded bytes";
+  EXPECT_FALSE(std::filesystem::exists(tmp.Join("dst/.k3-partial")));
+  EXPECT_GE(sim.CdnRequests().size(), 15u);  // 14 shards + tiktoken.model via the CDN
+  test::ExpectTokenNeverAtCdn(sim);
+
+  // A second run finds everything recorded and fetches nothing.
+  const size_t cdn_before = sim.CdnRequests().size();
+  s = download::RunDownload(Env::Default(), test::TestOptions(sim.endpoint(), tmp.Join("dst")), &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const FileOutcome& o : r.files) EXPECT_EQ(o.kind, FileOutcome::Kind::kRecorded) << o.path;
+  EXPECT_EQ(r.bytes_fetched, 0u);
+  EXPECT_EQ(sim.CdnRequests().size(), cdn_before);
+}
+
+TEST(Download, PagedTreeListingAndIncludeGlob) {
+  test::TempDir tmp;
+  auto src = test::MakeSmallRepo(tmp.Join("src"));
+  src["extra/notes.txt"] = "nested file, only with --include\n";
+  test::WriteAll(tmp.Join("src/extra/notes.txt"), src["extra/notes.txt"]);
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  cfg.page_size = 2;  // 6 entries (5 files + 1 directory) → 3 pages
+  HubSimProcess sim(tmp.Join("sim"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+  auto o = test::TestOptions(sim.endpoint(), tmp.Join("dst"));
+  o.includes = {"extra/*"};
+  DownloadResult r;
+  Status s = download::RunDownload(Env::Default(), o, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  test::ExpectDownloaded(tmp.Join("dst"), src,
+                         {"config.json", "extra/notes.txt", "model-00001-of-000002.safetensors",
+                          "model-00002-of-000002.safetensors"});
+  EXPECT_FALSE(std::filesystem::exists(tmp.Join("dst/README.md")));
+}
+
+TEST(Download, IncludeMatchingNothingIsUsageError) {
+  test::TempDir tmp;
+  test::MakeSmallRepo(tmp.Join("src"));
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  HubSimProcess sim(tmp.Join("sim"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+  auto o = test::TestOptions(sim.endpoint(), tmp.Join("dst"));
+  o.includes = {"*.gguf"};
+  Status s = download::RunDownload(Env::Default(), o, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalid);
+  EXPECT_NE(s.message().find("--include '*.gguf' matches no file"), std::string::npos)
+      << s.message();
+}
+
+TEST(Download, MissingTokenGivesAccessError) {
+  test::TempDir tmp;
+  test::MakeSmallRepo(tmp.Join("src"));
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  cfg.token = test::kTestToken;
+  HubSimProcess sim(tmp.Join("sim"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+  auto o = test::TestOptions(sim.endpoint(), tmp.Join("dst"));
+  o.token = "";
+  Status s = download::RunDownload(Env::Default(), o, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalid);
+  EXPECT_NE(s.message().find("token missing or without access to org/model"), std::string::npos)
+      << s.message();
+  o.token = "hf_wrong";
+  s = download::RunDownload(Env::Default(), o, nullptr);
+  EXPECT_NE(s.message().find("token missing or without access to org/model"), std::string::npos);
+  EXPECT_EQ(s.message().find("hf_wrong"), std::string::npos) << "token leaked into the message";
+}
+
+TEST(Download, PresentUnrecordedFileIsHashedAndAdoptedWrongOneReplaced) {
+  test::TempDir tmp;
+  auto src = test::MakeSmallRepo(tmp.Join("src"));
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  HubSimProcess sim(tmp.Join("sim"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+  const std::string good = "model-00001-of-000002.safetensors";
+  const std::string bad = "model-00002-of-000002.safetensors";
+  test::WriteAll(tmp.Join("dst/" + good), src[good]);
+  test::WriteAll(tmp.Join("dst/" + bad), std::string(src[bad].size(), 'x'));
+  DownloadResult r;
+  Status s = download::RunDownload(Env::Default(), test::TestOptions(sim.endpoint(), tmp.Join("dst")), &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  test::ExpectDownloaded(tmp.Join("dst"), src, {"config.json", good, bad});
+  const std::string good_sha = Sha256Hex(src[good].data(), src[good].size());
+  EXPECT_TRUE(test::CdnRanges(sim, good_sha).empty()) << "adopted file was downloaded again";
+  EXPECT_EQ(test::ReadAll(tmp.Join("dst/.k3-partial/" + bad + ".replaced")),
+            std::string(src[bad].size(), 'x'));
+}
+
+TEST(Download, SecondWriterOnSameDirRefused) {
+  test::TempDir tmp;
+  test::MakeSmallRepo(tmp.Join("src"));
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  HubSimProcess sim(tmp.Join("sim"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+  std::filesystem::create_directories(tmp.Join("dst/.k3-partial"));
+  const int fd = ::open(tmp.Join("dst/.k3-partial/lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // "another downloader"
+  Status s = download::RunDownload(Env::Default(), test::TestOptions(sim.endpoint(), tmp.Join("dst")), nullptr);
+  ::close(fd);
+  EXPECT_EQ(s.code(), Code::kInvalid);
+  EXPECT_NE(s.message().find("another k3prep download is writing"), std::string::npos)
+      << s.message();
+  EXPECT_FALSE(std::filesystem::exists(tmp.Join("dst/config.json")));
+}
+
+TEST(Download, UnsafeRepoIdRejected) {
+  test::TempDir tmp;
+  auto o = test::TestOptions("http://127.0.0.1:9", tmp.Join("dst"));
+  o.repo = "../etc";
+  Status s = download::RunDownload(Env::Default(), o, nullptr);
+  EXPECT_EQ(s.code(), Code::kInvalid);
+  EXPECT_NE(s.message().find("REPO '../etc'"), std::string::npos) << s.message();
+}
+
+int RunCliArgs(std::vector<std::string> args) {
+  args.insert(args.begin(), "k3prep");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return prep::Main(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(DownloadCli, MissingDestIsUsageExit2) {
+  EXPECT_EQ(RunCliArgs({"download", "org/model"}), 2);
+}
+
+TEST(DownloadCli, MultipleConnectionsPerFileNotImplementedExit2) {
+  EXPECT_EQ(RunCliArgs({"download", "org/model", "--dest", "/tmp/x", "--connections-per-file",
+                        "4"}),
+            2);
+}
+
+TEST(DownloadCli, TokenFileWithTwoLinesRefusedWithoutEchoingIt) {
+  test::TempDir tmp;
+  const std::string f = tmp.WriteFile("token", "hf_first_line\nhf_second_line\n");
+  std::string source;
+  Result<std::string> t = prep::LoadHubToken(Env::Default(), f, &source);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kInvalid);
+  EXPECT_NE(t.status().message().find("control character"), std::string::npos);
+  EXPECT_EQ(t.status().message().find("hf_first_line"), std::string::npos);
+  const std::string ok = tmp.WriteFile("token2", "  hf_abc  \n");
+  Result<std::string> t2 = prep::LoadHubToken(Env::Default(), ok, &source);
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(*t2, "hf_abc");
+}
+
+TEST(DownloadHub, SafeRelativePathRule) {
+  EXPECT_TRUE(download::IsSafeRelativePath("a/b.safetensors"));
+  EXPECT_FALSE(download::IsSafeRelativePath("/etc/passwd"));
+  EXPECT_FALSE(download::IsSafeRelativePath("a/../../b"));
+  EXPECT_FALSE(download::IsSafeRelativePath("a//b"));
+  EXPECT_FALSE(download::IsSafeRelativePath("./a"));
+  EXPECT_FALSE(download::IsSafeRelativePath(""));
+  EXPECT_FALSE(download::IsSafeRelativePath("a\\b"));
+}
+
+TEST(DownloadRetry, RetryAfterAndRateLimitHeaders) {
+  download::HttpResponse r;
+  r.headers["retry-after"] = "7";
+  ASSERT_TRUE(download::ServerWaitSeconds(r).has_value());
+  EXPECT_DOUBLE_EQ(*download::ServerWaitSeconds(r), 7.0);
+  download::HttpResponse q;
+  q.headers["ratelimit"] = "\"resolvers\";r=0;t=42";
+  EXPECT_DOUBLE_EQ(*download::ServerWaitSeconds(q), 43.0);
+  q.headers["ratelimit"] = "\"resolvers\";r=5;t=42";
+  EXPECT_FALSE(download::ServerWaitSeconds(q).has_value());
+}
+
+TEST(DownloadRetry, BackoffDoublesWithJitterCappedAt8s) {
+  download::RetryPolicy p;  // 1000 ms base, 8000 ms cap
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 50; ++i) {
+    const double first = download::BackoffSeconds(p, 1, rng);
+    EXPECT_GE(first, 0.5);
+    EXPECT_LE(first, 1.0);
+    const double third = download::BackoffSeconds(p, 3, rng);
+    EXPECT_GE(third, 2.0);
+    EXPECT_LE(third, 4.0);
+    const double late = download::BackoffSeconds(p, 30, rng);
+    EXPECT_GE(late, 4.0);
+    EXPECT_LE(late, 8.0);
+  }
+}
+
+// Runs `k3prep download` as a child; stdout+stderr go to `log`.
+pid_t SpawnK3prep(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                  const std::string& log) {
+  std::vector<std::string> all = {std::string(K3_BINARY_DIR) + "/k3prep/k3prep"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> envs = env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("HF_", 0) != 0) envs.push_back(kv);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+TEST(Download, SigkillMidTransferThenResumeWithRange) {
+  test::TempDir tmp;
+  auto src = test::MakeSmallRepo(tmp.Join("src"));
+  const std::string shard = "model-00001-of-000002.safetensors";
+  const std::string dst = tmp.Join("dst");
+  const std::string part = dst + "/.k3-partial/" + shard + ".part";
+  const std::string token_file = tmp.WriteFile("token", std::string(test::kTestToken) + "\n");
+  const std::vector<std::string> args = {"download", "org/model", "--dest", dst, "--jobs", "1",
+                                         "--token-file", token_file, "--progress", "plain",
+                                         "--backoff-base-ms", "10"};
+  {
+    HubSimConfig cfg;
+    cfg.root = tmp.Join("src");
+    cfg.token = test::kTestToken;
+    // Slow enough (~80 KB/s) that the kill lands mid-file.
+    cfg.faults = R"([{"mode":"trickle","times":-1,"chunk":4096,"interval":0.05}])";
+    HubSimProcess sim(tmp.Join("sim1"), cfg);
+    ASSERT_TRUE(sim.started()) << sim.error();
+    pid_t pid = SpawnK3prep(args, {"HF_ENDPOINT=" + sim.endpoint()}, tmp.Join("run1.log"));
+    ASSERT_GT(pid, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(std::filesystem::exists(part) && std::filesystem::file_size(part) >= 40000)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    ASSERT_TRUE(std::filesystem::exists(part)) << test::ReadAll(tmp.Join("run1.log"));
+    test::ExpectFinalFilesCorrectOrAbsent(dst, src);
+    EXPECT_FALSE(std::filesystem::exists(dst + "/" + shard)) << "killed mid-file, yet final";
+    test::ExpectTokenNeverAtCdn(sim);
+  }
+  const uint64_t prefix = std::filesystem::file_size(part);
+  ASSERT_GT(prefix, 0u);
+  ASSERT_LT(prefix, src[shard].size());
+  HubSimConfig cfg;
+  cfg.root = tmp.Join("src");
+  cfg.token = test::kTestToken;
+  HubSimProcess sim(tmp.Join("sim2"), cfg);
+  ASSERT_TRUE(sim.started()) << sim.error();
+  pid_t pid = SpawnK3prep(args, {"HF_ENDPOINT=" + sim.endpoint()}, tmp.Join("run2.log"));
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string log = test::ReadAll(tmp.Join("run2.log"));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  test::ExpectDownloaded(dst, src, {"config.json", shard, "model-00002-of-000002.safetensors"});
+  const auto ranges = test::CdnRanges(sim, Sha256Hex(src[shard].data(), src[shard].size()));
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0], "bytes=" + std::to_string(prefix) + "-");
+  EXPECT_NE(log.find("resumed@" + std::to_string(prefix)), std::string::npos) << log;
+  EXPECT_EQ(log.find(test::kTestToken), std::string::npos) << "token printed";
+  EXPECT_EQ(test::ReadAll(tmp.Join("run1.log")).find(test::kTestToken), std::string::npos);
+  test::ExpectTokenNeverAtCdn(sim);
+}
+
+}  // namespace
+}  // namespace k3

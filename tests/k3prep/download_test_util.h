@@ -1,0 +1,121 @@
+// Test-only helpers shared by the download tests: a small repo to serve, default options with
+// second-scale timeouts, and the checks every download test makes (final files byte-identical
+// or absent, manifest agrees, the token never reached the CDN).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "common/env.h"
+#include "common/hash.h"
+#include "formats/download_manifest.h"
+#include "k3prep/download.h"
+#include "tests/k3prep/hubsim_process.h"
+
+namespace k3::test {
+
+inline const char* kTestToken = "hf_TESTtoken_never_leaves_the_hub";
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void WriteAll(const std::string& path, const std::string& data) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+inline std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(g() & 0xff);
+  return s;
+}
+
+// A repo of two "shards" (LFS, served by the CDN), a git-stored config.json and an unselected
+// README.md. Returns path → bytes.
+inline std::map<std::string, std::string> MakeSmallRepo(const std::string& root) {
+  std::map<std::string, std::string> files = {
+      {"model-00001-of-000002.safetensors", RandomBytes(300000, 1)},
+      {"model-00002-of-000002.safetensors", RandomBytes(120000, 2)},
+      {"config.json", "{\"model_type\": \"kimi_k3\"}\n"},
+      {"README.md", "not selected by default\n"},
+  };
+  for (const auto& [p, d] : files) WriteAll(root + "/" + p, d);
+  return files;
+}
+
+inline download::DownloadOptions TestOptions(const std::string& endpoint,
+                                             const std::string& dest) {
+  download::DownloadOptions o;
+  o.repo = "org/model";
+  o.dest = dest;
+  o.endpoint = endpoint;
+  o.token = kTestToken;
+  o.jobs = 2;
+  o.stall_bytes_per_s = 1000;
+  o.stall_seconds = 1;
+  o.connect_timeout_s = 5;
+  o.retry_max = 3;
+  o.backoff_base_ms = 10;
+  return o;
+}
+
+// Every file under a final name in `dest` has exactly the source's bytes (or is absent).
+inline void ExpectFinalFilesCorrectOrAbsent(const std::string& dest,
+                                            const std::map<std::string, std::string>& src) {
+  for (const auto& [p, d] : src) {
+    const std::string path = dest + "/" + p;
+    if (std::filesystem::exists(path)) {
+      EXPECT_EQ(ReadAll(path), d) << "wrong bytes under " << p;
+    }
+  }
+}
+
+// Every file named in `want` is in `dest` with the source's bytes and in the manifest with
+// the source's size and sha256 (computed here, independently of the downloader).
+inline void ExpectDownloaded(const std::string& dest, const std::map<std::string, std::string>& src,
+                             const std::vector<std::string>& want) {
+  Result<dl::DownloadManifest> m =
+      dl::LoadDownloadManifest(Env::Default(), dest + "/k3-download.json");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->repo, "org/model");
+  EXPECT_EQ(m->commit, std::string(40, 'c'));
+  for (const std::string& p : want) {
+    const std::string& d = src.at(p);
+    EXPECT_EQ(ReadAll(dest + "/" + p), d) << p;
+    const dl::DownloadFile* e = m->Find(p);
+    ASSERT_NE(e, nullptr) << p << " missing from the manifest";
+    EXPECT_EQ(e->size, d.size()) << p;
+    EXPECT_EQ(e->sha256, Sha256Hex(d.data(), d.size())) << p;
+  }
+}
+
+inline void ExpectTokenNeverAtCdn(const HubSimProcess& sim) {
+  for (const nlohmann::json& r : sim.CdnRequests()) {
+    EXPECT_FALSE(r["headers"].contains("Authorization")) << r.dump();
+    EXPECT_EQ(r.dump().find(kTestToken), std::string::npos) << r.dump();
+  }
+}
+
+// Range headers the CDN saw for requests of blob `sha256`, in order ("" = no Range).
+inline std::vector<std::string> CdnRanges(const HubSimProcess& sim, const std::string& sha256) {
+  std::vector<std::string> out;
+  for (const nlohmann::json& r : sim.CdnRequests()) {
+    if (r["path"] != "/blobs/" + sha256) continue;
+    out.push_back(r["headers"].contains("Range") ? r["headers"]["Range"].get<std::string>() : "");
+  }
+  return out;
+}
+
+}  // namespace k3::test

@@ -23,6 +23,8 @@
 #include "k3run/plan.h"
 #include "k3run/report.h"
 #include "k3run/sampler.h"
+#include "k3run/streaming_plan.h"
+#include "k3run/streaming_weights.h"
 #include "k3run/tokenizer/tokenizer.h"
 #include "k3run/utf8.h"
 #include "k3run/weights.h"
@@ -274,14 +276,50 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   }
 
   // 3. The memory plan, before anything large is allocated.
-  RamWeightsOptions wopt;
-  wopt.verify_reads = o.verify_reads;
-  K3_ASSIGN_OR_RETURN(std::unique_ptr<RamWeights> weights,
-                      RamWeights::Open(env, &prepared, wopt));
-  const MemoryPlan plan = PlanMemory(c, layers, PositionsNeeded(P, o.gen),
-                                     weights->PlannedResidentBytes());
+  BudgetRequest budget;
+  budget.budget_gb = o.budget_gb;
+  budget.trunk_gb = o.trunk_gb;
+  budget.cache_gb = o.cache_gb;
+  budget.preset = o.preset;
+  if (o.cache_policy) {
+    K3_ASSIGN_OR_RETURN(budget.policy, ParseCachePolicy(*o.cache_policy));
+    if (!budget.any()) {
+      return Status::Invalid("--cache-policy needs a memory budget (--budget-gb, --preset, "
+                             "--trunk-gb or --cache-gb); without one every expert is held");
+    }
+  }
   K3_ASSIGN_OR_RETURN(uint64_t avail, io.mem_available ? io.mem_available() : MemAvailableBytes());
-  K3_RETURN_IF_ERROR(CheckMemory(plan, avail));
+  std::optional<StreamingPlan> splan;
+  if (budget.any()) {
+    K3_ASSIGN_OR_RETURN(StreamingPlan sp, PlanStreaming(prepared, budget, avail));
+    splan = std::move(sp);
+  }
+  std::unique_ptr<WeightSource> weights;
+  StreamingWeights* streaming = nullptr;
+  uint64_t weights_bytes = 0;
+  if (!splan) {
+    RamWeightsOptions wopt;
+    wopt.verify_reads = o.verify_reads;
+    K3_ASSIGN_OR_RETURN(std::unique_ptr<RamWeights> ram, RamWeights::Open(env, &prepared, wopt));
+    weights_bytes = ram->PlannedResidentBytes();
+    weights = std::move(ram);
+  } else {
+    weights_bytes = splan->bytes();
+  }
+  const MemoryPlan plan = PlanMemory(c, layers, PositionsNeeded(P, o.gen), weights_bytes);
+  if (splan && lines) LogInfo(splan->Describe());
+  if (Status s = CheckMemory(plan, avail); !s.ok()) {
+    if (!splan) return s;
+    return Status::Invalid(s.message() + "; or lower --budget-gb / --preset");
+  }
+  if (splan) {
+    StreamingOptions sopt;
+    sopt.verify_reads = o.verify_reads;
+    K3_ASSIGN_OR_RETURN(std::unique_ptr<StreamingWeights> sw,
+                        StreamingWeights::Open(env, &prepared, *splan, sopt));
+    streaming = sw.get();
+    weights = std::move(sw);
+  }
   if (lines) {
     LogInfo("plan: KV cache " + FormatGb(plan.kv_cache_bytes) + " for " +
             std::to_string(plan.positions) + " positions, recurrent state " +
@@ -391,6 +429,14 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   r.failures = weights->Failures();
   if (!o.out.empty()) K3_RETURN_IF_ERROR(WriteFileAtomic(env, o.out, RenderReportJson(r)));
   if (lines) LogInfo(SummaryLines(r));
+  if (lines && streaming != nullptr) {
+    const StreamingStats st = streaming->stats();
+    LogInfo("expert cache: " + std::to_string(st.expert_requests) + " requests, " +
+            std::to_string(st.expert_hits) + " resident hits, " + std::to_string(st.expert_reads) +
+            " reads, " + std::to_string(st.expert_evictions) + " evictions, " +
+            std::to_string(st.waves) + " waves; trunk ring loads " +
+            std::to_string(st.ring_loads));
+  }
 
   if (r.experts_skipped > 0 || !r.failures.empty()) {
     std::string msg = "RUN INVALID: " + std::to_string(r.failures.size()) +
@@ -468,6 +514,21 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option("--model-dir", o->model_dir, "where the link-mode shards live now");
   app->add_flag("--verify-reads", o->verify_reads,
                 "hash every expert read against experts.idx (a mismatch: exit 4)");
+  app->add_option_function<double>(
+      "--budget-gb", [o](const double& v) { o->budget_gb = v; },
+      "stream weights within this TOTAL budget (GB = 10^9 bytes): trunk first, then experts");
+  app->add_option_function<double>(
+      "--trunk-gb", [o](const double& v) { o->trunk_gb = v; },
+      "trunk budget (pinned layers + ring), overriding the split of --budget-gb/--preset");
+  app->add_option_function<double>(
+      "--cache-gb", [o](const double& v) { o->cache_gb = v; },
+      "expert cache budget, overriding the split of --budget-gb/--preset");
+  app->add_option_function<std::string>(
+      "--preset", [o](const std::string& v) { o->preset = v; },
+      "laptop|desktop|workstation|server|max|auto: a TOTAL budget (--list-presets)");
+  app->add_option_function<std::string>(
+      "--cache-policy", [o](const std::string& v) { o->cache_policy = v; },
+      "expert cache eviction: lru|s3fifo (default s3fifo)");
   AddOutputFlags(app, &o->output);
 }
 
@@ -477,6 +538,15 @@ int K3runMain(int argc, char** argv, const CliIo& io) {
   // --quiet is process state; an in-process caller (tests, a REPL host) starts each run afresh.
   SetQuiet(false);
   AddRunFlags(&app, &o);
+  // Needs no PREPARED: CLI11 runs flag callbacks before it checks required positionals.
+  app.add_flag_callback(
+      "--list-presets",
+      [&io] {
+        const std::string text = ListPresetsText();
+        (void)(io.write_stdout ? io.write_stdout(text) : WriteFd1(text));
+        throw CLI::Success();
+      },
+      "print the memory presets and exit");
   return RunCli(app, argc, argv, [&] { return RunK3run(o, io); });
 }
 

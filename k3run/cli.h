@@ -5,6 +5,10 @@
 //         [--gen N] [--recompute] [--stop-id ID]… [--layers N]
 //         [--threads N] [--dump-logits PATH [--dump-logits-all]] [--out FILE]
 //         [--model-dir DIR] [--verify-reads] [--quiet] [--progress MODE]
+//         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
+//   k3run --list-presets
+// Without a memory flag every weight is held (RamWeights); with one, weights stream within the
+// budget (StreamingWeights, streaming_plan.h) and the plan refuses below its minimum (exit 2).
 // Everything is validated before any weight is read: ids against the vocab, gen/prompt limits,
 // K3_ISA, and the memory plan (KV cache + state + weights held vs MemAvailable; refusal is exit 2
 // with the numbers). Exit codes: 0 ok; 1 I/O; 2 usage, invalid input, untrusted manifest,
@@ -54,6 +58,9 @@ struct RunOptions {
   std::string out;                // JSON report
   std::string model_dir;          // link-mode shard relocation
   bool verify_reads = false;      // hash every expert read against experts.idx
+  std::optional<double> budget_gb, trunk_gb, cache_gb;  // --budget-gb, --trunk-gb, --cache-gb
+  std::optional<std::string> preset;                    // --preset
+  std::optional<std::string> cache_policy;              // --cache-policy (default s3fifo)
   OutputOptions output;
 };
 

@@ -56,7 +56,14 @@ Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows
     } else {
       ls.kda = &state->kda[static_cast<size_t>(L)];
     }
-    Status s = ops::DecoderLayer(L, *w, experts, dims_, h.data(), T, &blocks, ls, &stats_);
+    // Each wave's reads are issued as soon as routing is known; its slots are released after
+    // the wave's expert work (the source bounds the wave size by its cache).
+    ops::ExpertWaves waves;
+    waves.max_experts = weights_->ExpertWaveSize();
+    waves.begin = [this, L](std::span<const int32_t> wave) { weights_->WillUse(L, wave); };
+    waves.end = [this, L] { weights_->ReleaseExperts(L); };
+    Status s =
+        ops::DecoderLayer(L, *w, experts, dims_, h.data(), T, &blocks, ls, &stats_, &waves);
     weights_->ReleaseExperts(L);
     weights_->ReleaseLayer(L);
     K3_RETURN_IF_ERROR(s);

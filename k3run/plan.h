@@ -1,7 +1,7 @@
 // The memory plan k3run checks BEFORE allocating anything (DESIGN.md §6 k3run): KV cache for the
 // prompt + generated positions, recurrent state, the weights the source holds, and a refusal
 // (exit 2) with the numbers when MemAvailable cannot hold them.
-// Non-goals: budgets and presets (the streaming issue adds --budget-gb and friends).
+// Non-goals: budgets and presets (streaming_plan.h turns them into the weights part).
 #pragma once
 
 #include <cstdint>

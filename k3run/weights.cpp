@@ -7,6 +7,7 @@
 
 #include "common/hash.h"
 #include "formats/prepared_layout.h"
+#include "k3run/weight_views.h"
 
 namespace k3::run {
 
@@ -82,9 +83,8 @@ Result<kernels::WeightType> MatrixType(const Region& r) {
 }  // namespace
 
 struct RamWeights::LoadedLayer {
-  AlignedBuffer run;                      // the whole trunk run, as on disk
-  std::vector<std::vector<float>> vecs;   // widened small vectors (heap buffers never move)
-  ops::LayerWeights w;
+  AlignedBuffer run;  // the whole trunk run, as on disk
+  LayerView view;
 };
 
 struct RamWeights::LoadedExpert {
@@ -126,7 +126,7 @@ uint64_t RamWeights::PlannedResidentBytes() const {
 
 Result<const ops::LayerWeights*> RamWeights::Layer(int layer) {
   K3_ASSIGN_OR_RETURN(LoadedLayer * l, LoadLayer(layer));
-  return &l->w;
+  return &l->view.w;
 }
 
 Result<RamWeights::LoadedLayer*> RamWeights::LoadLayer(int layer) {
@@ -136,36 +136,120 @@ Result<RamWeights::LoadedLayer*> RamWeights::LoadLayer(int layer) {
   }
   auto& slot = layers_[static_cast<size_t>(layer)];
   if (slot) return slot.get();
-  const prep::TrunkRun* run = nullptr;
-  for (const prep::TrunkRun& r : m.runs) {
-    if (r.layer == layer) run = &r;
-  }
-  if (run == nullptr) {
-    return Status::Invalid(prepared_->dir + "/k3.json: no trunk run for layer " +
-                           std::to_string(layer));
-  }
+  K3_ASSIGN_OR_RETURN(const prep::TrunkRun* run, FindTrunkRun(*prepared_, layer));
   auto l = std::make_unique<LoadedLayer>();
   K3_ASSIGN_OR_RETURN(l->run, AlignedBuffer::Allocate(run->length, prep::kRunAlign));
   K3_RETURN_IF_ERROR(trunk_->ReadExact(run->offset, run->length, l->run.data()));
   counters_.trunk += run->length;
 
-  const std::string p = prep::LayerPrefix(layer);
+  K3_RETURN_IF_ERROR(BindLayer(*prepared_, dims_, layer, *run, l->run.data(), &l->view));
+  slot = std::move(l);
+  return slot.get();
+}
+
+Result<File*> RamWeights::ExpertFile(uint32_t file_id) {
+  auto& f = expert_files_[file_id];
+  if (!f) {
+    K3_ASSIGN_OR_RETURN(f, env_->Open(prepared_->expert_paths[file_id], OpenMode::kRead));
+  }
+  return f.get();
+}
+
+Status RamWeights::LoadExpert(int layer, int expert, LoadedExpert* out) {
+  const prep::ExpertRecord& rec = prepared_->experts.At(static_cast<uint32_t>(layer),
+                                                        static_cast<uint32_t>(expert));
+  K3_ASSIGN_OR_RETURN(File * file, ExpertFile(rec.file_id));
+  K3_ASSIGN_OR_RETURN(out->bytes, AlignedBuffer::Allocate(rec.length, 64));
+  K3_RETURN_IF_ERROR(file->ReadExact(rec.offset, rec.length, out->bytes.data()));
+  counters_.experts += rec.length;
+  return BindExpert(*prepared_, dims_, layer, expert, out->bytes.data(), options_.verify_reads,
+                    &out->w);
+}
+
+const ops::GluWeights* RamWeights::Expert(int layer, int expert) {
+  const ModelConfig& c = prepared_->manifest.config;
+  if (layer < c.first_dense || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
+    return nullptr;
+  }
+  const uint64_t i = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
+                                                    static_cast<uint32_t>(expert));
+  auto& slot = experts_[i];
+  if (!slot) slot = std::make_unique<LoadedExpert>();
+  if (!slot->tried) {
+    slot->tried = true;
+    Status s = LoadExpert(layer, expert, slot.get());
+    slot->ok = s.ok();
+    if (!s.ok()) failures_.push_back(ExpertFailure{layer, expert, s.ToString()});
+  }
+  return slot->ok ? &slot->w : nullptr;
+}
+
+Status RamWeights::EmbeddingRows(const int32_t* ids, int64_t n, float* out) {
+  return ReadEmbeddingRows(resident_.get(), *prepared_, dims_, ids, n, out, &counters_.embedding);
+}
+
+int64_t RamWeights::LmHeadChunkRows() const { return prepared_->manifest.config.vocab; }
+
+Result<kernels::Matrix> RamWeights::LmHeadRows(int64_t begin, int64_t n) {
+  if (lm_head_matrix_.data == nullptr) {
+    K3_ASSIGN_OR_RETURN(const Region* r, LmHeadRegion(*prepared_, dims_));
+    K3_ASSIGN_OR_RETURN(kernels::WeightType t, LmHeadType(*r));
+    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::Allocate(r->length, prep::kResidentAlign));
+    K3_RETURN_IF_ERROR(resident_->ReadExact(r->offset, r->length, lm_head_.data()));
+    counters_.lm_head += r->length;
+    lm_head_matrix_ = kernels::Matrix{t, static_cast<int64_t>(r->shape[0]),
+                                      static_cast<int64_t>(r->shape[1]), lm_head_.data(), nullptr};
+    K3_RETURN_IF_ERROR(kernels::ValidateMatrix(lm_head_matrix_, prep::kLmHeadName));
+  }
+  kernels::Matrix m = lm_head_matrix_;
+  if (begin < 0 || n < 0 || begin + n > m.rows) {
+    return Status::Invalid("lm_head rows [" + std::to_string(begin) + ", +" + std::to_string(n) +
+                           ") outside " + std::to_string(m.rows) + " rows");
+  }
+  const int64_t esize = m.type == kernels::WeightType::kF32 ? 4 : 2;
+  m.data = static_cast<const uint8_t*>(m.data) + begin * m.cols * esize;
+  m.rows = n;
+  return m;
+}
+
+Result<const HeadWeights*> RamWeights::Head() {
+  if (head_) return head_.get();
+  auto h = std::make_unique<HeadWeights>();
+  K3_RETURN_IF_ERROR(
+      ReadHead(resident_.get(), *prepared_, dims_, &head_vectors_, h.get(), &counters_.head));
+  head_ = std::move(h);
+  return head_.get();
+}
+
+Result<const prep::TrunkRun*> FindTrunkRun(const prep::PreparedDir& p, int layer) {
+  for (const prep::TrunkRun& r : p.manifest.runs) {
+    if (r.layer == layer) return &r;
+  }
+  return Status::Invalid(p.dir + "/k3.json: no trunk run for layer " + std::to_string(layer));
+}
+
+Status BindLayer(const prep::PreparedDir& p, const ops::Dims& dims, int layer,
+                 const prep::TrunkRun& run, const uint8_t* run_bytes, LayerView* view) {
+  const prep::Manifest& m = p.manifest;
+  view->vecs.clear();
+  view->w = ops::LayerWeights{};
+  const std::string pre = prep::LayerPrefix(layer);
   // Every lookup is bounded by the run, so a manifest bug can never point outside the buffer.
   auto find = [&](const std::string& name, const Region** out) -> Status {
     const Region* r = m.FindRegion(name);
-    if (r == nullptr || r->file != prep::kTrunkFile || r->offset < run->offset ||
-        r->length > run->length || r->offset - run->offset > run->length - r->length) {
-      return Status::Invalid(prepared_->dir + "/k3.json: layer " + std::to_string(layer) +
+    if (r == nullptr || r->file != prep::kTrunkFile || r->offset < run.offset ||
+        r->length > run.length || r->offset - run.offset > run.length - r->length) {
+      return Status::Invalid(p.dir + "/k3.json: layer " + std::to_string(layer) +
                              ": tensor " + name + " is missing or outside the layer's trunk run" +
                              " (re-run k3prep pack)");
     }
     *out = r;
     return Status::Ok();
   };
-  auto at = [&](const Region* r) { return l->run.data() + (r->offset - run->offset); };
+  auto at = [&](const Region* r) { return run_bytes + (r->offset - run.offset); };
   auto mat = [&](const std::string& name, kernels::Matrix* out) -> Status {
     const Region* r = nullptr;
-    K3_RETURN_IF_ERROR(find(p + name, &r));
+    K3_RETURN_IF_ERROR(find(pre + name, &r));
     K3_ASSIGN_OR_RETURN(kernels::WeightType t, MatrixType(*r));
     if (r->shape.size() != 2) {
       return Status::Invalid(r->file + ": tensor " + r->name + " must be rank 2");
@@ -176,16 +260,16 @@ Result<RamWeights::LoadedLayer*> RamWeights::LoadLayer(int layer) {
   };
   auto vec = [&](const std::string& name, ops::Vec* out) -> Status {
     const Region* r = nullptr;
-    K3_RETURN_IF_ERROR(find(p + name, &r));
+    K3_RETURN_IF_ERROR(find(pre + name, &r));
     std::vector<float> v;
     K3_RETURN_IF_ERROR(WidenInto(*r, at(r), &v));
-    l->vecs.push_back(std::move(v));
-    *out = ops::Vec(l->vecs.back().data(), l->vecs.back().size());
+    view->vecs.push_back(std::move(v));
+    *out = ops::Vec(view->vecs.back().data(), view->vecs.back().size());
     return Status::Ok();
   };
 
   const ModelConfig& c = m.config;
-  ops::LayerWeights& w = l->w;
+  ops::LayerWeights& w = view->w;
   K3_RETURN_IF_ERROR(vec("input_layernorm.weight", &w.input_layernorm));
   K3_RETURN_IF_ERROR(vec("post_attention_layernorm.weight", &w.post_attention_layernorm));
   K3_RETURN_IF_ERROR(vec("self_attention_res_norm.weight", &w.self_attention_res_norm));
@@ -240,47 +324,34 @@ Result<RamWeights::LoadedLayer*> RamWeights::LoadLayer(int layer) {
       K3_RETURN_IF_ERROR(mat("block_sparse_moe.shared_experts.down_proj.weight", &e.shared.down));
     }
   }
-  K3_RETURN_IF_ERROR(ops::ValidateLayerWeights(w, dims_, layer)
-                         .WithContext(prepared_->dir + "/" + std::string(prep::kTrunkFile)));
-  slot = std::move(l);
-  return slot.get();
+  K3_RETURN_IF_ERROR(ops::ValidateLayerWeights(w, dims, layer)
+                         .WithContext(p.dir + "/" + std::string(prep::kTrunkFile)));
+  return Status::Ok();
 }
 
-Result<File*> RamWeights::ExpertFile(uint32_t file_id) {
-  auto& f = expert_files_[file_id];
-  if (!f) {
-    K3_ASSIGN_OR_RETURN(f, env_->Open(prepared_->expert_paths[file_id], OpenMode::kRead));
-  }
-  return f.get();
-}
-
-Status RamWeights::LoadExpert(int layer, int expert, LoadedExpert* out) {
-  const prep::ExpertsIndex& idx = prepared_->experts;
+Status BindExpert(const prep::PreparedDir& p, const ops::Dims& dims, int layer, int expert,
+                  const uint8_t* bytes, bool verify, ops::GluWeights* out) {
   const prep::ExpertRecord& rec =
-      idx.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert));
-  const std::string& path = prepared_->expert_paths[rec.file_id];
-  K3_ASSIGN_OR_RETURN(File * file, ExpertFile(rec.file_id));
-  K3_ASSIGN_OR_RETURN(out->bytes, AlignedBuffer::Allocate(rec.length, 64));
-  K3_RETURN_IF_ERROR(file->ReadExact(rec.offset, rec.length, out->bytes.data()));
-  counters_.experts += rec.length;
-  if (options_.verify_reads) {
-    const uint64_t got = Xxh3_64(out->bytes.data(), rec.length);
+      p.experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert));
+  const std::string& path = p.expert_paths[rec.file_id];
+  if (verify) {
+    const uint64_t got = Xxh3_64(bytes, rec.length);
     if (got != rec.xxh3_64) {
       return Status::Integrity(path + ": bytes [" + std::to_string(rec.offset) + ", +" +
                                std::to_string(rec.length) + ") have XXH3-64 " + Hex64(got) +
                                ", experts.idx says " + Hex64(rec.xxh3_64));
     }
   }
-  const int64_t I = dims_.moe_inter, Lt = dims_.latent;
+  const int64_t I = dims.moe_inter, Lt = dims.latent;
   auto mx = [&](int sub, int64_t rows, int64_t cols) {
     return kernels::Matrix{kernels::WeightType::kMXFP4, rows, cols,
-                           out->bytes.data() + rec.sub_offset[static_cast<size_t>(sub)],
-                           out->bytes.data() + rec.sub_offset[static_cast<size_t>(sub + 1)]};
+                           bytes + rec.sub_offset[static_cast<size_t>(sub)],
+                           bytes + rec.sub_offset[static_cast<size_t>(sub + 1)]};
   };
   // Canonical order: w1 (gate), w2 (down), w3 (up), each packed then scale.
-  out->w.gate = mx(0, I, Lt);
-  out->w.down = mx(2, Lt, I);
-  out->w.up = mx(4, I, Lt);
+  out->gate = mx(0, I, Lt);
+  out->down = mx(2, Lt, I);
+  out->up = mx(4, I, Lt);
   const uint64_t want_packed = static_cast<uint64_t>(I * Lt / 2);
   const uint64_t want_scale = static_cast<uint64_t>(I * Lt / kernels::kMxfp4GroupSize);
   for (int sub = 0; sub < prep::kExpertSubCount; ++sub) {
@@ -292,32 +363,15 @@ Status RamWeights::LoadExpert(int layer, int expert, LoadedExpert* out) {
                              " bytes, the config implies " + std::to_string(want));
     }
   }
-  return ops::ValidateExpert(out->w, dims_, layer, expert);
+  return ops::ValidateExpert(*out, dims, layer, expert);
 }
 
-const ops::GluWeights* RamWeights::Expert(int layer, int expert) {
-  const ModelConfig& c = prepared_->manifest.config;
-  if (layer < c.first_dense || layer >= c.n_layers || expert < 0 || expert >= c.n_experts) {
-    return nullptr;
-  }
-  const uint64_t i = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                    static_cast<uint32_t>(expert));
-  auto& slot = experts_[i];
-  if (!slot) slot = std::make_unique<LoadedExpert>();
-  if (!slot->tried) {
-    slot->tried = true;
-    Status s = LoadExpert(layer, expert, slot.get());
-    slot->ok = s.ok();
-    if (!s.ok()) failures_.push_back(ExpertFailure{layer, expert, s.ToString()});
-  }
-  return slot->ok ? &slot->w : nullptr;
-}
-
-Status RamWeights::EmbeddingRows(const int32_t* ids, int64_t n, float* out) {
+Status ReadEmbeddingRows(File* resident, const prep::PreparedDir& p, const ops::Dims& dims,
+                         const int32_t* ids, int64_t n, float* out, uint64_t* counter) {
   const std::string name = std::string(prep::kModelPrefix) + "embed_tokens.weight";
-  const Region* r = prepared_->manifest.FindRegion(name);
-  if (r == nullptr || r->shape.size() != 2 || r->shape[1] != static_cast<uint64_t>(dims_.hidden)) {
-    return Status::Invalid(prepared_->dir + "/k3.json: " + name + " missing or mis-shaped");
+  const Region* r = p.manifest.FindRegion(name);
+  if (r == nullptr || r->shape.size() != 2 || r->shape[1] != static_cast<uint64_t>(dims.hidden)) {
+    return Status::Invalid(p.dir + "/k3.json: " + name + " missing or mis-shaped");
   }
   const uint64_t E = r->shape[1];
   const uint64_t esize = DTypeSize(r->dtype);
@@ -329,8 +383,8 @@ Status RamWeights::EmbeddingRows(const int32_t* ids, int64_t n, float* out) {
       return Status::Invalid("token id " + std::to_string(ids[t]) + " outside the embedding of " +
                              std::to_string(r->shape[0]) + " rows");
     }
-    K3_RETURN_IF_ERROR(resident_->ReadExact(r->offset + id * E * esize, row.size(), row.data()));
-    counters_.embedding += row.size();
+    K3_RETURN_IF_ERROR(resident->ReadExact(r->offset + id * E * esize, row.size(), row.data()));
+    *counter += row.size();
     Region one = *r;
     one.shape = {E};
     K3_RETURN_IF_ERROR(WidenInto(one, row.data(), &wide));
@@ -339,58 +393,39 @@ Status RamWeights::EmbeddingRows(const int32_t* ids, int64_t n, float* out) {
   return Status::Ok();
 }
 
-int64_t RamWeights::LmHeadChunkRows() const { return prepared_->manifest.config.vocab; }
-
-Result<kernels::Matrix> RamWeights::LmHeadRows(int64_t begin, int64_t n) {
-  if (lm_head_matrix_.data == nullptr) {
-    const Region* r = prepared_->manifest.FindRegion(prep::kLmHeadName);
-    const std::vector<uint64_t> want = {static_cast<uint64_t>(prepared_->manifest.config.vocab),
-                                        static_cast<uint64_t>(dims_.hidden)};
-    if (r == nullptr || r->shape != want) {
-      return Status::Invalid(prepared_->dir + "/k3.json: " + std::string(prep::kLmHeadName) +
-                             " missing or not [vocab_size][hidden_size] (re-run k3prep pack)");
-    }
-    K3_ASSIGN_OR_RETURN(kernels::WeightType t, MatrixType(*r));
-    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::Allocate(r->length, prep::kResidentAlign));
-    K3_RETURN_IF_ERROR(resident_->ReadExact(r->offset, r->length, lm_head_.data()));
-    counters_.lm_head += r->length;
-    lm_head_matrix_ = kernels::Matrix{t, static_cast<int64_t>(r->shape[0]),
-                                      static_cast<int64_t>(r->shape[1]), lm_head_.data(), nullptr};
-    K3_RETURN_IF_ERROR(kernels::ValidateMatrix(lm_head_matrix_, prep::kLmHeadName));
+Result<const prep::Region*> LmHeadRegion(const prep::PreparedDir& p, const ops::Dims& dims) {
+  const Region* r = p.manifest.FindRegion(prep::kLmHeadName);
+  const std::vector<uint64_t> want = {static_cast<uint64_t>(p.manifest.config.vocab),
+                                      static_cast<uint64_t>(dims.hidden)};
+  if (r == nullptr || r->shape != want) {
+    return Status::Invalid(p.dir + "/k3.json: " + std::string(prep::kLmHeadName) +
+                           " missing or not [vocab_size][hidden_size] (re-run k3prep pack)");
   }
-  kernels::Matrix m = lm_head_matrix_;
-  if (begin < 0 || n < 0 || begin + n > m.rows) {
-    return Status::Invalid("lm_head rows [" + std::to_string(begin) + ", +" + std::to_string(n) +
-                           ") outside " + std::to_string(m.rows) + " rows");
-  }
-  const int64_t esize = m.type == kernels::WeightType::kF32 ? 4 : 2;
-  m.data = static_cast<const uint8_t*>(m.data) + begin * m.cols * esize;
-  m.rows = n;
-  return m;
+  return r;
 }
 
-Result<const HeadWeights*> RamWeights::Head() {
-  if (head_) return head_.get();
-  auto h = std::make_unique<HeadWeights>();
-  const std::string p(prep::kModelPrefix);
-  const std::string names[3] = {p + "norm.weight", p + "output_attn_res_norm.weight",
-                                p + "output_attn_res_proj.weight"};
+Result<kernels::WeightType> LmHeadType(const prep::Region& r) { return MatrixType(r); }
+
+Status ReadHead(File* resident, const prep::PreparedDir& p, const ops::Dims& dims,
+                std::vector<std::vector<float>>* storage, HeadWeights* h, uint64_t* counter) {
+  const std::string pre(prep::kModelPrefix);
+  const std::string names[3] = {pre + "norm.weight", pre + "output_attn_res_norm.weight",
+                                pre + "output_attn_res_proj.weight"};
   ops::Vec* dst[3] = {&h->norm, &h->output_attn_res_norm, &h->output_attn_res_proj};
-  head_vectors_.resize(3);
+  storage->resize(3);
   for (int i = 0; i < 3; ++i) {
-    const Region* r = prepared_->manifest.FindRegion(names[i]);
-    if (r == nullptr || r->file != prep::kResidentFile || Numel(*r) != uint64_t(dims_.hidden)) {
-      return Status::Invalid(prepared_->dir + "/k3.json: " + names[i] +
+    const Region* r = p.manifest.FindRegion(names[i]);
+    if (r == nullptr || r->file != prep::kResidentFile || Numel(*r) != uint64_t(dims.hidden)) {
+      return Status::Invalid(p.dir + "/k3.json: " + names[i] +
                              " missing or not hidden_size elements (re-run k3prep pack)");
     }
     std::vector<uint8_t> bytes(r->length);
-    K3_RETURN_IF_ERROR(resident_->ReadExact(r->offset, r->length, bytes.data()));
-    counters_.head += r->length;
-    K3_RETURN_IF_ERROR(WidenInto(*r, bytes.data(), &head_vectors_[static_cast<size_t>(i)]));
-    *dst[i] = ops::Vec(head_vectors_[static_cast<size_t>(i)]);
+    K3_RETURN_IF_ERROR(resident->ReadExact(r->offset, r->length, bytes.data()));
+    *counter += r->length;
+    K3_RETURN_IF_ERROR(WidenInto(*r, bytes.data(), &(*storage)[static_cast<size_t>(i)]));
+    *dst[i] = ops::Vec((*storage)[static_cast<size_t>(i)]);
   }
-  head_ = std::move(h);
-  return head_.get();
+  return Status::Ok();
 }
 
 }  // namespace k3::run

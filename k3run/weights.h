@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,12 @@ class WeightSource {
   // its hash when verification is on); the failure is recorded in Failures().
   virtual const ops::GluWeights* Expert(int layer, int expert) = 0;
   virtual void ReleaseExperts(int layer) = 0;
+  // Called by the model the moment a MoE layer's routing is known, once per wave (ops::ExpertWaves):
+  // the experts (ascending ids) whose Expert() calls follow before the next ReleaseExperts(layer).
+  // A streaming source issues their batch read here; the default does nothing.
+  virtual void WillUse(int /*layer*/, std::span<const int32_t> /*experts*/) {}
+  // At most this many distinct experts per wave (0: no limit); a cache of S slots says S − 1.
+  virtual int64_t ExpertWaveSize() const { return 0; }
   // out [n][E] fp32 = rows ids[0..n) of embed_tokens (bf16 widened exactly). ids are in range
   // (the caller validated them against the vocab).
   virtual Status EmbeddingRows(const int32_t* ids, int64_t n, float* out) = 0;

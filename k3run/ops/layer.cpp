@@ -39,7 +39,7 @@ void Aggregate(const BlockStack& blocks, const float* prefix, const Vec& norm, c
 
 Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& experts,
                     const Dims& d, float* h, int64_t T, BlockStack* blocks, LayerState state,
-                    MoeStats* stats) {
+                    MoeStats* stats, const ExpertWaves* waves) {
   if (T <= 0) return Status::Ok();
   const int64_t E = d.hidden;
   const bool boundary = layer % d.attn_res_block == 0;
@@ -97,7 +97,7 @@ Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& ex
   if (w.is_dense) {
     GluMlp(w.dense, d.situ_b1, d.situ_b2, a.data(), T, att.data());
   } else {
-    MoeBlock(w.moe, experts, d, a.data(), T, att.data(), stats);
+    MoeBlock(w.moe, experts, d, a.data(), T, att.data(), stats, waves);
   }
   // 10. output = prefix + mlp
   for (size_t i = 0; i < n; ++i) h[i] = prefix[i] + att[i];

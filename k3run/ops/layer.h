@@ -41,7 +41,7 @@ struct LayerState {
 // Fails only on a full MLA cache or a full BlockStack (nothing is changed then).
 Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& experts,
                     const Dims& d, float* h, int64_t T, BlockStack* blocks, LayerState state,
-                    MoeStats* stats);
+                    MoeStats* stats, const ExpertWaves* waves = nullptr);
 
 // After the last layer: h ← AttnRes([all snapshots…, h], fold = norm ⊙ proj). h [T][E] in/out.
 void FinalAttnRes(const BlockStack& blocks, const float* norm, const float* proj, float eps,

@@ -24,7 +24,8 @@ Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T) {
 }
 
 void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts, const Dims& d,
-              const float* x, int64_t T, float* out, MoeStats* stats) {
+              const float* x, int64_t T, float* out, MoeStats* stats,
+              const ExpertWaves* waves) {
   if (T <= 0) return;
   const int64_t E = d.hidden, Lt = d.latent, k = d.topk, I = d.moe_inter;
   auto buf = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
@@ -41,36 +42,47 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
   chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
   std::vector<float> zin, g, u, y;
   std::vector<int64_t> rows;  // flat (t·k + j) of each gathered row
-  for (int32_t e : chosen) {
-    rows.clear();
-    for (int64_t s = 0; s < T * k; ++s)
-      if (r.idx[static_cast<size_t>(s)] == e) rows.push_back(s);
-    const GluWeights* ew = experts(e);
-    if (ew == nullptr) {
-      if (stats) {
-        stats->experts_skipped += static_cast<int64_t>(rows.size());
-        stats->missing.push_back(e);
+  const size_t wave_size =
+      waves != nullptr && waves->max_experts > 0 ? static_cast<size_t>(waves->max_experts)
+                                                 : std::max<size_t>(chosen.size(), 1);
+  for (size_t wave_begin = 0; wave_begin < chosen.size(); wave_begin += wave_size) {
+    const size_t wave_end = std::min(chosen.size(), wave_begin + wave_size);
+    if (waves != nullptr && waves->begin) {
+      waves->begin(std::span<const int32_t>(chosen.data() + wave_begin, wave_end - wave_begin));
+    }
+    for (size_t ci = wave_begin; ci < wave_end; ++ci) {
+      const int32_t e = chosen[ci];
+      rows.clear();
+      for (int64_t s = 0; s < T * k; ++s)
+        if (r.idx[static_cast<size_t>(s)] == e) rows.push_back(s);
+      const GluWeights* ew = experts(e);
+      if (ew == nullptr) {
+        if (stats) {
+          stats->experts_skipped += static_cast<int64_t>(rows.size());
+          stats->missing.push_back(e);
+        }
+        continue;
       }
-      continue;
+      const int64_t n = static_cast<int64_t>(rows.size());
+      zin.resize(static_cast<size_t>(n * Lt));
+      g.resize(static_cast<size_t>(n * I));
+      u.resize(static_cast<size_t>(n * I));
+      y.resize(static_cast<size_t>(n * Lt));
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t t = rows[static_cast<size_t>(q)] / k;
+        std::copy_n(z.data() + t * Lt, Lt, zin.data() + q * Lt);
+      }
+      kernels::MatMul(ew->gate, zin.data(), n, g.data());
+      kernels::MatMul(ew->up, zin.data(), n, u.data());
+      SituGlu(g.data(), u.data(), n * I, d.situ_b1, d.situ_b2, g.data());
+      kernels::MatMul(ew->down, g.data(), n, y.data());
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t s = rows[static_cast<size_t>(q)];
+        std::copy_n(y.data() + q * Lt, Lt, slots.data() + s * Lt);
+        have[static_cast<size_t>(s)] = 1;
+      }
     }
-    const int64_t n = static_cast<int64_t>(rows.size());
-    zin.resize(static_cast<size_t>(n * Lt));
-    g.resize(static_cast<size_t>(n * I));
-    u.resize(static_cast<size_t>(n * I));
-    y.resize(static_cast<size_t>(n * Lt));
-    for (int64_t q = 0; q < n; ++q) {
-      const int64_t t = rows[static_cast<size_t>(q)] / k;
-      std::copy_n(z.data() + t * Lt, Lt, zin.data() + q * Lt);
-    }
-    kernels::MatMul(ew->gate, zin.data(), n, g.data());
-    kernels::MatMul(ew->up, zin.data(), n, u.data());
-    SituGlu(g.data(), u.data(), n * I, d.situ_b1, d.situ_b2, g.data());
-    kernels::MatMul(ew->down, g.data(), n, y.data());
-    for (int64_t q = 0; q < n; ++q) {
-      const int64_t s = rows[static_cast<size_t>(q)];
-      std::copy_n(y.data() + q * Lt, Lt, slots.data() + s * Lt);
-      have[static_cast<size_t>(s)] = 1;
-    }
+    if (waves != nullptr && waves->end) waves->end();
   }
 
   // 6b. acc = Σ_j w_j·y_j in top-k order (fp32, acc starts at 0); 7. aggregate RMSNorm
@@ -95,9 +107,9 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
 }
 
 void MoeBlock(const MoeWeights& w, const ExpertLookup& experts, const Dims& d, const float* x,
-              int64_t T, float* out, MoeStats* stats) {
+              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves) {
   const Routing r = Route(w, d, x, T);
-  MoeApply(w, r, experts, d, x, T, out, stats);
+  MoeApply(w, r, experts, d, x, T, out, stats, waves);
 }
 
 }  // namespace k3::ops

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "k3run/ops/weights.h"
@@ -19,6 +20,17 @@ namespace k3::ops {
 
 // Returns the routed expert e of this layer, or nullptr if it could not be loaded.
 using ExpertLookup = std::function<const GluWeights*(int64_t expert)>;
+
+// Lets a streaming caller bound how many distinct experts are held at once (DESIGN.md §7
+// "Multi-token passes"): the pass's expert union is visited in waves of at most max_experts
+// (ascending id order); begin(wave) runs before the wave's lookups (issue its batch read there),
+// end() after the wave's expert work (release its slots). Bits never change: outputs land in
+// per-(token, j) slots summed after the last wave.
+struct ExpertWaves {
+  int64_t max_experts = 0;  // 0: one wave holding the whole union
+  std::function<void(std::span<const int32_t> wave)> begin;
+  std::function<void()> end;
+};
 
 struct Routing {
   int64_t T = 0, topk = 0;
@@ -36,10 +48,11 @@ Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T);
 
 // out [T][E] = W_up · RMSNorm(Σ_j w_j · expert_j(W_down x)) + shared(x).
 void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts, const Dims& d,
-              const float* x, int64_t T, float* out, MoeStats* stats);
+              const float* x, int64_t T, float* out, MoeStats* stats,
+              const ExpertWaves* waves = nullptr);
 
 // Route + MoeApply.
 void MoeBlock(const MoeWeights& w, const ExpertLookup& experts, const Dims& d, const float* x,
-              int64_t T, float* out, MoeStats* stats);
+              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves = nullptr);
 
 }  // namespace k3::ops

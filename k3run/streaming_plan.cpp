@@ -1,0 +1,178 @@
+// Budget → streaming plan (see streaming_plan.h).
+#include "k3run/streaming_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "formats/prepared_layout.h"
+#include "k3run/plan.h"
+
+namespace k3::run {
+namespace {
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t GbToBytes(double gb) { return gb <= 0 ? 0 : static_cast<uint64_t>(std::llround(gb * 1e9)); }
+
+// Budgets of small models round to 0.000 GB: the exact byte count keeps messages meaningful.
+std::string GbBytes(uint64_t b) { return FormatGb(b) + " = " + std::to_string(b) + " bytes"; }
+
+// A flag value (GB, 3 decimals) that is never below `b`, so the suggestion always works.
+std::string FlagGb(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", std::ceil(double(b) / 1e6) / 1e3);
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<BudgetPreset>& BudgetPresets() {
+  static const std::vector<BudgetPreset> presets = {
+      {"laptop", 8}, {"desktop", 32}, {"workstation", 96}, {"server", 128}, {"max", 224}};
+  return presets;
+}
+
+std::string ListPresetsText() {
+  std::string s = "presets (TOTAL budgets: trunk first, then the expert cache):\n";
+  for (const BudgetPreset& p : BudgetPresets()) {
+    s += "  " + std::string(p.name) + std::string(12 - std::string(p.name).size(), ' ') +
+         std::to_string(static_cast<int>(p.gb)) + " GB\n";
+  }
+  s += "  auto        80 % of MemAvailable\n";
+  return s;
+}
+
+uint64_t StreamingPlan::bytes() const {
+  return pinned_bytes + uint64_t(ring_slots) * ring_slot_bytes +
+         uint64_t(expert_slots) * expert_slot_bytes + lm_head_bytes;
+}
+
+std::string StreamingPlan::Describe() const {
+  std::string s = "streaming plan: trunk budget " + FormatGb(trunk_budget) + " (" +
+                  std::to_string(pinned.size()) + " layers pinned, " + FormatGb(pinned_bytes) +
+                  "; ring " + std::to_string(ring_slots) + " × " + FormatGb(ring_slot_bytes) +
+                  "), expert cache " + std::to_string(expert_slots) + " slots × " +
+                  std::to_string(expert_slot_bytes) + " B (" + CachePolicyName(policy) +
+                  "), lm_head " + (lm_head_held ? "held" : "streamed in chunks of " +
+                  std::to_string(lm_head_chunk_rows) + " rows") + " (" + FormatGb(lm_head_bytes) +
+                  "), embedding rows on demand; weights held " + GbBytes(bytes());
+  return s;
+}
+
+Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequest& req,
+                                    uint64_t mem_available) {
+  const ModelConfig& c = p.manifest.config;
+  StreamingPlan plan;
+  plan.policy = req.policy;
+  std::vector<prep::TrunkRun> runs = p.manifest.runs;
+  std::stable_sort(runs.begin(), runs.end(), [](const prep::TrunkRun& a, const prep::TrunkRun& b) {
+    return a.length > b.length;
+  });
+  uint64_t trunk_all = 0;
+  for (const prep::TrunkRun& r : runs) trunk_all += r.length;
+  const prep::Region* lm = p.manifest.FindRegion(prep::kLmHeadName);
+  if (lm == nullptr || lm->shape.size() != 2 || lm->shape[0] == 0) {
+    return Status::Invalid(p.dir + "/k3.json: " + std::string(prep::kLmHeadName) +
+                           " missing or not [vocab_size][hidden_size] (re-run k3prep pack)");
+  }
+  const uint64_t lm_bytes = lm->length;
+  const uint64_t row_bytes = lm->length / lm->shape[0];
+  uint64_t max_expert = 0;
+  for (const prep::ExpertRecord& r : p.experts.records) max_expert = std::max(max_expert, r.length);
+  plan.expert_slot_bytes = RoundUp(max_expert, 64);
+  const bool moe = !p.experts.records.empty();
+  plan.cache_min = moe ? uint64_t(c.topk + 1) * plan.expert_slot_bytes : 0;
+  const uint64_t cache_all = uint64_t(p.experts.records.size()) * plan.expert_slot_bytes;
+  const uint64_t largest = runs.empty() ? 0 : RoundUp(runs[0].length, 4096);
+  plan.trunk_min = std::min(trunk_all, 2 * largest);
+
+  // Budgets: a total is split trunk first (re-read every token), the rest to the cache.
+  std::optional<uint64_t> total;
+  std::string total_flag;
+  if (req.preset) {
+    if (*req.preset == "auto") {
+      total = mem_available / 10 * 8;
+    } else {
+      for (const BudgetPreset& b : BudgetPresets()) {
+        if (*req.preset == b.name) total = GbToBytes(b.gb);
+      }
+      if (!total) {
+        return Status::Invalid("--preset " + *req.preset +
+                               ": expected laptop, desktop, workstation, server, max or auto "
+                               "(--list-presets shows their budgets)");
+      }
+    }
+    total_flag = "--preset " + *req.preset;
+  }
+  if (req.budget_gb) {
+    total = GbToBytes(*req.budget_gb);
+    total_flag = "--budget-gb";
+  }
+  uint64_t trunk = trunk_all + lm_bytes, cache = cache_all;
+  if (total) {
+    if (*total < plan.trunk_min + plan.cache_min) {
+      return Status::Invalid(total_flag + ": a total budget of " + GbBytes(*total) +
+                             " is below the minimum " + GbBytes(plan.trunk_min + plan.cache_min) +
+                             " for " + p.dir + " (trunk: 2 × the largest trunk run = " +
+                             FormatGb(plan.trunk_min) + "; expert cache: top-k + 1 = " +
+                             std::to_string(c.topk + 1) + " slots = " +
+                             FormatGb(plan.cache_min) + "); give " +
+                             (req.budget_gb ? "--budget-gb " + FlagGb(plan.trunk_min + plan.cache_min)
+                                            : "a larger preset or --budget-gb " +
+                                                  FlagGb(plan.trunk_min + plan.cache_min)) +
+                             " or more");
+    }
+    trunk = std::min(trunk_all + lm_bytes, *total - plan.cache_min);
+    cache = *total - trunk;
+  }
+  if (req.trunk_gb) trunk = GbToBytes(*req.trunk_gb);
+  if (req.cache_gb) cache = GbToBytes(*req.cache_gb);
+  if (trunk < plan.trunk_min) {
+    return Status::Invalid("--trunk-gb: a trunk budget of " + GbBytes(trunk) +
+                           " is below the minimum " + GbBytes(plan.trunk_min) +
+                           " (2 × the largest trunk run, " + std::to_string(largest) +
+                           " bytes, rounded to 4 KiB) for " + p.dir +
+                           "; give --trunk-gb " + FlagGb(plan.trunk_min) + " or more");
+  }
+  if (cache < plan.cache_min) {
+    return Status::Invalid("--cache-gb: an expert cache of " + GbBytes(cache) +
+                           " is below the minimum " + GbBytes(plan.cache_min) + " (top-k + 1 = " +
+                           std::to_string(c.topk + 1) + " slots of " +
+                           std::to_string(plan.expert_slot_bytes) + " bytes) for " + p.dir +
+                           "; give --cache-gb " + FlagGb(plan.cache_min) + " or more");
+  }
+  plan.trunk_budget = trunk;
+  plan.cache_budget = cache;
+  plan.expert_slots =
+      moe ? static_cast<int>(std::min(cache, cache_all) / plan.expert_slot_bytes) : 0;
+
+  // lm_head is trunk-like (read every token): held only when everything else of the trunk fits.
+  plan.lm_head_held = trunk >= trunk_all + lm_bytes;
+  const uint64_t layer_budget = plan.lm_head_held ? trunk - lm_bytes : trunk;
+  // Pin the largest runs while the pinned set plus a 2-slot ring for the rest still fits.
+  size_t k = 0;
+  uint64_t sum = 0;
+  for (size_t j = 0; j <= runs.size(); ++j) {
+    const uint64_t ring = j < runs.size() ? 2 * RoundUp(runs[j].length, 4096) : 0;
+    if (sum + ring <= layer_budget) k = j;
+    if (j < runs.size()) sum += runs[j].length;
+  }
+  for (size_t j = 0; j < k; ++j) {
+    plan.pinned.push_back(runs[j].layer);
+    plan.pinned_bytes += runs[j].length;
+  }
+  if (k < runs.size()) {
+    plan.ring_slots = 2;
+    plan.ring_slot_bytes = RoundUp(runs[k].length, 4096);
+  }
+  if (plan.lm_head_held) {
+    plan.lm_head_bytes = lm_bytes;
+  } else {
+    const int64_t vocab = static_cast<int64_t>(lm->shape[0]);
+    plan.lm_head_chunk_rows = std::max<int64_t>(1, (vocab + 15) / 16);
+    plan.lm_head_bytes = uint64_t(plan.lm_head_chunk_rows) * row_bytes;
+  }
+  return plan;
+}
+
+}  // namespace k3::run

@@ -1,5 +1,7 @@
 #include "common/aligned_buffer.h"
 
+#include <sys/mman.h>
+
 #include <string>
 
 namespace k3 {
@@ -19,6 +21,14 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size, size_t alignment) {
   }
   buf.data_ = p;
   buf.size_ = size;
+  return buf;
+}
+
+Result<AlignedBuffer> AlignedBuffer::AllocateHuge(size_t size) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHuge));
+  if (buf.data_ != nullptr) (void)::madvise(buf.data_, rounded, MADV_HUGEPAGE);
   return buf;
 }
 

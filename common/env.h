@@ -50,6 +50,12 @@ class File {
   virtual int fd() const { return -1; }
   // True when opened with O_DIRECT: offsets, lengths and buffers must honour DirectAlignment().
   virtual bool direct() const { return false; }
+  // Switches O_DIRECT on or off for later reads and writes of this open file (a writer that
+  // knows its windows are aligned skips the page-cache copy). Files that cannot (fault-injecting
+  // or in-memory files, file systems without direct I/O) return an error and stay as they are.
+  virtual Status SetDirect(bool /*on*/) {
+    return Status::Invalid(path_ + ": direct I/O is not available for this file");
+  }
   const std::string& path() const { return path_; }
 
   // Reads exactly n bytes, looping over short reads. Premature end of file is an I/O error that

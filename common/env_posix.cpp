@@ -94,6 +94,17 @@ class PosixFile final : public File {
 
   int fd() const override { return fd_; }
   bool direct() const override { return direct_; }
+  Status SetDirect(bool on) override {
+    if (fd_ < 0) return Closed();
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0) return Status::IoErrno("fcntl(F_GETFL)", path_, errno);
+    const int want = on ? (flags | O_DIRECT) : (flags & ~O_DIRECT);
+    if (want != flags && ::fcntl(fd_, F_SETFL, want) != 0) {
+      return Status::IoErrno(on ? "enabling O_DIRECT" : "disabling O_DIRECT", path_, errno);
+    }
+    direct_ = on;
+    return Status::Ok();
+  }
 
  private:
   Status Closed() const { return Status::Io(path_ + ": file used after Close() (internal)"); }

@@ -78,6 +78,7 @@ class Packer {
   void QueueSync(size_t stream);
   void StopSyncer();
   void InitCursors();
+  Status WriteOut(size_t stream, uint64_t offset, const uint8_t* data, uint64_t len);
 
   Env* env_;
   Plan* plan_;
@@ -89,6 +90,10 @@ class Packer {
   std::vector<std::unique_ptr<File>> sources_;
   AlignedBuffer staging_;  // used by Fill only (one reader thread)
   std::vector<std::unique_ptr<File>> outputs_;
+  // Per output: the O_DIRECT alignment its file system reports (0: write through the page
+  // cache only), and whether its descriptor is in O_DIRECT mode now (see WriteOut).
+  std::vector<uint32_t> out_align_;
+  std::vector<bool> out_direct_;
   std::unique_ptr<File> journal_;
   uint64_t journal_size_ = 0;
   std::vector<size_t> pending_;

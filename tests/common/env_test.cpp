@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 
+#include "common/aligned_buffer.h"
+#include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3 {
@@ -17,6 +20,44 @@ std::string Pattern(size_t n) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + 7) & 0xFF);
   return s;
+}
+
+// A writer switches an open file to O_DIRECT for aligned windows and back for the rest; the bytes
+// on disk are the same either way. Uses /work when present (tmpfs has no O_DIRECT).
+TEST(Env, SetDirectSwitchesAnOpenFileAndKeepsTheBytes) {
+  TempDir dir(std::filesystem::exists("/work") ? "/work" : "/tmp");
+  Env* env = Env::Default();
+  const std::string path = dir.Join("direct.bin");
+  auto file = env->Open(path, OpenMode::kCreate);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  if (env->DirectAlignment(path) == 0) GTEST_SKIP() << "this file system has no direct I/O";
+  auto buf = AlignedBuffer::AllocateHuge(8192);
+  ASSERT_TRUE(buf.ok());
+  EXPECT_EQ(buf->size(), size_t{2} << 20);  // rounded up to one huge page
+  for (size_t i = 0; i < 8192; ++i) buf->data()[i] = static_cast<uint8_t>(i * 7);
+  ASSERT_TRUE((*file)->SetDirect(true).ok());
+  EXPECT_TRUE((*file)->direct());
+  ASSERT_TRUE((*file)->WriteExact(0, buf->data(), 8192).ok());
+  ASSERT_TRUE((*file)->SetDirect(false).ok());
+  EXPECT_FALSE((*file)->direct());
+  ASSERT_TRUE((*file)->WriteExact(8192, "tail", 4).ok());  // unaligned: buffered
+  ASSERT_TRUE((*file)->Sync().ok());
+  auto back = ReadFileToString(env, path);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), 8196u);
+  EXPECT_EQ(0, std::memcmp(back->data(), buf->data(), 8192));
+  EXPECT_EQ(back->substr(8192), "tail");
+}
+
+TEST(Env, SetDirectIsRefusedByFilesWithoutADescriptor) {
+  TempDir dir;
+  test::FaultEnv env;
+  env.SetRule(dir.path(), test::FaultRule::ShortReads(1));
+  auto file = env.Open(dir.Join("f.bin"), OpenMode::kCreate);
+  ASSERT_TRUE(file.ok());
+  const Status s = (*file)->SetDirect(true);
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE((*file)->direct());
 }
 
 TEST(Env, WriteFileAtomicThenReadBack) {

@@ -325,12 +325,7 @@ Result<kernels::Matrix> StreamingWeights::LmHeadRows(int64_t begin, int64_t n) {
 }
 
 Result<const HeadWeights*> StreamingWeights::Head() {
-  if (head_) return head_.get();
-  auto h = std::make_unique<HeadWeights>();
-  K3_RETURN_IF_ERROR(
-      ReadHead(resident_.get(), *prepared_, dims_, &head_vectors_, h.get(), &counters_.head));
-  head_ = std::move(h);
-  return head_.get();
+  return head_.Get(resident_.get(), *prepared_, dims_, &counters_.head);
 }
 
 }  // namespace k3::run

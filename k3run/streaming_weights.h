@@ -105,8 +105,7 @@ class StreamingWeights final : public WeightSource {
   AlignedBuffer lm_head_;
   kernels::Matrix lm_head_matrix_{};
   const prep::Region* lm_region_ = nullptr;
-  std::unique_ptr<HeadWeights> head_;
-  std::vector<std::vector<float>> head_vectors_;
+  HeadCache head_;
   ReadCounters counters_;
   StreamingStats stats_;
   std::vector<ExpertFailure> failures_;

@@ -212,13 +212,17 @@ Result<kernels::Matrix> RamWeights::LmHeadRows(int64_t begin, int64_t n) {
   return m;
 }
 
-Result<const HeadWeights*> RamWeights::Head() {
+Result<const HeadWeights*> HeadCache::Get(File* resident, const prep::PreparedDir& p,
+                                           const ops::Dims& dims, uint64_t* bytes_read) {
   if (head_) return head_.get();
   auto h = std::make_unique<HeadWeights>();
-  K3_RETURN_IF_ERROR(
-      ReadHead(resident_.get(), *prepared_, dims_, &head_vectors_, h.get(), &counters_.head));
+  K3_RETURN_IF_ERROR(ReadHead(resident, p, dims, &vectors_, h.get(), bytes_read));
   head_ = std::move(h);
   return head_.get();
+}
+
+Result<const HeadWeights*> RamWeights::Head() {
+  return head_.Get(resident_.get(), *prepared_, dims_, &counters_.head);
 }
 
 Result<const prep::TrunkRun*> FindTrunkRun(const prep::PreparedDir& p, int layer) {

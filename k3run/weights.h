@@ -56,6 +56,18 @@ struct HeadWeights {
   ops::Vec output_attn_res_proj;  // output_attn_res_proj.weight  [E] (on disk [1][E])
 };
 
+// The head vectors of a prepared directory, read from resident.bin on first use and kept (every
+// weight source holds them the same way: they are a few hidden-sized vectors).
+class HeadCache {
+ public:
+  Result<const HeadWeights*> Get(File* resident, const prep::PreparedDir& p, const ops::Dims& dims,
+                                 uint64_t* bytes_read);
+
+ private:
+  std::unique_ptr<HeadWeights> head_;
+  std::vector<std::vector<float>> vectors_;  // the widened fp32 storage head_ points into
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -133,8 +145,7 @@ class RamWeights final : public WeightSource {
   std::vector<std::unique_ptr<LoadedExpert>> experts_;  // record index order
   AlignedBuffer lm_head_;
   kernels::Matrix lm_head_matrix_{};
-  std::unique_ptr<HeadWeights> head_;
-  std::vector<std::vector<float>> head_vectors_;
+  HeadCache head_;
   ReadCounters counters_;
   std::vector<ExpertFailure> failures_;
 };

@@ -10,6 +10,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/progress.h"
+#include "k3prep/doctor_command.h"
 #include "k3prep/download_command.h"
 #include "k3prep/pack_command.h"
 #include "k3prep/synth_checkpoint.h"
@@ -83,7 +84,7 @@ void AddSynth(CLI::App* app, SynthFlags* f, OutputOptions* out) {
 }  // namespace
 
 int Main(int argc, char** argv) {
-  CLI::App app("k3prep: prepare Kimi K3 checkpoints (download, synth, pack; doctor to come)",
+  CLI::App app("k3prep: prepare Kimi K3 checkpoints (download, synth, pack, doctor)",
                "k3prep");
   app.require_subcommand(1);
   app.set_version_flag("--version", "k3prep 0.1.0");
@@ -92,9 +93,11 @@ int Main(int argc, char** argv) {
   AddSynth(&app, &synth_flags, &out);
   CLI::App* pack_cmd = AddPackCommand(&app, &out);
   CLI::App* download_cmd = AddDownloadCommand(&app, &out);
+  CLI::App* doctor_cmd = AddDoctorCommand(&app, &out);
   return RunCli(app, argc, argv, [&]() -> Status {
     if (pack_cmd->parsed()) return RunPackCommand(pack_cmd);
     if (download_cmd->parsed()) return RunDownloadCommand(download_cmd);
+    if (doctor_cmd->parsed()) return RunDoctorCommand(doctor_cmd);
     synth::SynthOptions& o = synth_flags.opts;
     synth::ParseSmallDType(synth_flags.small_dtype, &o.small);
     o.progress = out.progress;

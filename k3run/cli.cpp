@@ -16,7 +16,9 @@
 #include "formats/prepared_manifest.h"
 #include "k3run/chat_session.h"
 #include "k3run/chat_template.h"
+#include "k3run/cache_trace.h"
 #include "k3run/detokenize.h"
+#include "k3run/floor.h"
 #include "k3run/generate.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/model.h"
@@ -306,15 +308,55 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   } else {
     weights_bytes = splan->bytes();
   }
-  const MemoryPlan plan = PlanMemory(c, layers, PositionsNeeded(P, o.gen), weights_bytes);
+  const int64_t pass_rows = o.recompute ? PositionsNeeded(P, o.gen) : std::max<int64_t>(P, 1);
+  const MemoryPlan plan =
+      PlanMemory(c, layers, PositionsNeeded(P, o.gen), weights_bytes, pass_rows);
   if (splan && lines) LogInfo(splan->Describe());
   if (Status s = CheckMemory(plan, avail); !s.ok()) {
     if (!splan) return s;
     return Status::Invalid(s.message() + "; or lower --budget-gb / --preset");
   }
+  // The bandwidth probes run before the weights are allocated: their buffers never raise the
+  // peak RSS above the plan.
+  std::optional<Bandwidths> bandwidths;
+  if (!o.no_floor) {
+    ProbeOptions po;
+    po.seconds_per_probe = o.probe_seconds;
+    if (splan) {
+      po.expert_queue_depth = std::max(1, std::min(c.topk, splan->expert_slots - 1));
+      po.trunk_request_bytes = splan->ring_slot_bytes;
+    } else {
+      po.expert_queue_depth = std::max(1, c.topk);
+    }
+    Result<Bandwidths> b = ProbeBandwidths(env, prepared, po);
+    if (b.ok()) {
+      bandwidths = *b;
+    } else if (lines) {
+      LogWarn("bandwidth probe failed (the report will have no floor): " + b.status().ToString());
+    }
+  }
+  std::unique_ptr<CacheTraceWriter> trace;
+  if (!o.cache_trace_dir.empty()) {
+    if (!splan) {
+      return Status::Invalid("--dump-cache-trace needs a memory budget (--budget-gb, --preset, "
+                             "--trunk-gb or --cache-gb): without one there is no expert cache");
+    }
+    CacheTraceHeader th;
+    th.n_layers = c.n_layers;
+    th.first_dense = c.first_dense;
+    th.n_experts = c.n_experts;
+    th.topk = c.topk;
+    th.expert_slots = splan->expert_slots;
+    th.expert_slot_bytes = splan->expert_slot_bytes;
+    th.policy = splan->policy;
+    th.prepared_dir = o.prepared;
+    K3_ASSIGN_OR_RETURN(trace, CacheTraceWriter::Create(env, o.cache_trace_dir, th));
+  }
   if (splan) {
     StreamingOptions sopt;
     sopt.verify_reads = o.verify_reads;
+    sopt.walk_layers = layers;
+    sopt.trace = trace.get();
     K3_ASSIGN_OR_RETURN(std::unique_ptr<StreamingWeights> sw,
                         StreamingWeights::Open(env, &prepared, *splan, sopt));
     streaming = sw.get();
@@ -424,6 +466,21 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   r.stopped_by_id = result.stopped_by_id;
   r.steps = result.steps;
   r.plan = plan;
+  if (splan) {
+    r.streaming_plan = *splan;
+    r.streaming_stats = streaming->stats();
+    r.reader_backend = std::string(streaming->reader_backend());
+  }
+  r.bandwidths = bandwidths;
+  for (const prep::TrunkRun& run : prepared.manifest.runs) {
+    if (run.layer < layers) r.weights_used_per_pass += run.length;
+  }
+  if (const prep::Region* lm = prepared.manifest.FindRegion(prep::kLmHeadName)) {
+    r.weights_used_per_pass += lm->length;
+  }
+  for (const prep::ExpertRecord& rec : prepared.experts.records) {
+    r.expert_record_bytes = std::max<uint64_t>(r.expert_record_bytes, rec.length);
+  }
   r.peak_rss_bytes = PeakRssBytes();
   r.experts_skipped = model.experts_skipped();
   r.failures = weights->Failures();
@@ -435,7 +492,15 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
             std::to_string(st.expert_hits) + " resident hits, " + std::to_string(st.expert_reads) +
             " reads, " + std::to_string(st.expert_evictions) + " evictions, " +
             std::to_string(st.waves) + " waves; trunk ring loads " +
-            std::to_string(st.ring_loads));
+            std::to_string(st.ring_loads) + "; reader " + r.reader_backend);
+  }
+  if (trace) {
+    const StreamingStats st = streaming->stats();
+    trace->SetEngineCounters(CacheTraceCounters{st.expert_requests, st.expert_hits,
+                                                st.expert_reads, st.expert_evictions});
+    K3_RETURN_IF_ERROR(trace->Finish());
+    if (lines) LogInfo("cache trace: " + trace->path() + " (replay: scripts/cache-replay " +
+                       o.cache_trace_dir + ")");
   }
 
   if (r.experts_skipped > 0 || !r.failures.empty()) {
@@ -514,18 +579,45 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option("--model-dir", o->model_dir, "where the link-mode shards live now");
   app->add_flag("--verify-reads", o->verify_reads,
                 "hash every expert read against experts.idx (a mismatch: exit 4)");
+  // Memory flags apply in command-line order, later flags winning (DESIGN.md §6): a total
+  // (--budget-gb, --preset) replaces everything before it; --trunk-gb / --cache-gb override its
+  // split.
   app->add_option_function<double>(
-      "--budget-gb", [o](const double& v) { o->budget_gb = v; },
-      "stream weights within this TOTAL budget (GB = 10^9 bytes): trunk first, then experts");
+         "--budget-gb",
+         [o](const double& v) {
+           o->budget_gb = v;
+           o->preset.reset();
+           o->trunk_gb.reset();
+           o->cache_gb.reset();
+         },
+         "stream weights within this TOTAL budget (GB = 10^9 bytes): trunk first, then experts")
+      ->trigger_on_parse();
   app->add_option_function<double>(
-      "--trunk-gb", [o](const double& v) { o->trunk_gb = v; },
-      "trunk budget (pinned layers + ring), overriding the split of --budget-gb/--preset");
+         "--trunk-gb", [o](const double& v) { o->trunk_gb = v; },
+         "trunk budget (pinned layers + ring), overriding the split of --budget-gb/--preset")
+      ->trigger_on_parse();
   app->add_option_function<double>(
-      "--cache-gb", [o](const double& v) { o->cache_gb = v; },
-      "expert cache budget, overriding the split of --budget-gb/--preset");
+         "--cache-gb", [o](const double& v) { o->cache_gb = v; },
+         "expert cache budget, overriding the split of --budget-gb/--preset")
+      ->trigger_on_parse();
   app->add_option_function<std::string>(
-      "--preset", [o](const std::string& v) { o->preset = v; },
-      "laptop|desktop|workstation|server|max|auto: a TOTAL budget (--list-presets)");
+         "--preset",
+         [o](const std::string& v) {
+           o->preset = v;
+           o->budget_gb.reset();
+           o->trunk_gb.reset();
+           o->cache_gb.reset();
+         },
+         "laptop|desktop|workstation|server|max|auto: a TOTAL budget (--list-presets)")
+      ->trigger_on_parse();
+  app->add_option("--dump-cache-trace", o->cache_trace_dir,
+                  "write the expert routing trace to DIR/cache-trace.jsonl for scripts/cache-replay "
+                  "(needs a memory budget)");
+  app->add_flag("--no-floor", o->no_floor,
+                "skip the start-up bandwidth probes (the report then has no floor)");
+  app->add_option("--probe-seconds", o->probe_seconds,
+                  "wall time of each start-up bandwidth probe (default 0.15)")
+      ->check(CLI::PositiveNumber);
   app->add_option_function<std::string>(
       "--cache-policy", [o](const std::string& v) { o->cache_policy = v; },
       "expert cache eviction: lru|s3fifo (default s3fifo)");

@@ -6,9 +6,13 @@
 //         [--threads N] [--dump-logits PATH [--dump-logits-all]] [--out FILE]
 //         [--model-dir DIR] [--verify-reads] [--quiet] [--progress MODE]
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
+//         [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, streaming_plan.h) and the plan refuses below its minimum (exit 2).
+// Memory flags apply in command-line order: later flags win. Before the weights are allocated,
+// short bandwidth probes (floor.h) measure the disk and memory so the report can give the floor
+// and time ÷ floor (--no-floor skips them).
 // Everything is validated before any weight is read: ids against the vocab, gen/prompt limits,
 // K3_ISA, and the memory plan (KV cache + state + weights held vs MemAvailable; refusal is exit 2
 // with the numbers). Exit codes: 0 ok; 1 I/O; 2 usage, invalid input, untrusted manifest,
@@ -61,6 +65,9 @@ struct RunOptions {
   std::optional<double> budget_gb, trunk_gb, cache_gb;  // --budget-gb, --trunk-gb, --cache-gb
   std::optional<std::string> preset;                    // --preset
   std::optional<std::string> cache_policy;              // --cache-policy (default s3fifo)
+  std::string cache_trace_dir;    // --dump-cache-trace DIR
+  bool no_floor = false;          // --no-floor: skip the bandwidth probes
+  double probe_seconds = 0.15;    // --probe-seconds
   OutputOptions output;
 };
 

@@ -29,7 +29,9 @@ Result<GenerateResult> Generate(Model* model, WeightSource* weights, const Gener
   GenerateResult out;
   const int64_t steps = std::max<int64_t>(o.gen, 1);
   for (int64_t s = 0; s < steps; ++s) {
+    weights->SetStep(s);
     const ReadCounters before = weights->Counters();
+    const SourceCounters source_before = weights->Source();
     const auto t0 = std::chrono::steady_clock::now();
     const int32_t* feed = seq.data();
     int64_t T = static_cast<int64_t>(seq.size());
@@ -46,6 +48,7 @@ Result<GenerateResult> Generate(Model* model, WeightSource* weights, const Gener
     if (o.gen > 0) rec.token = o.choose ? o.choose(logits.data(), V) : Greedy(logits.data(), V);
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rec.bytes = weights->Counters() - before;
+    rec.source = weights->Source() - source_before;
     out.steps.push_back(rec);
     if (rec.token >= 0) {
       seq.push_back(rec.token);

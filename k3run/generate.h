@@ -38,6 +38,7 @@ struct StepRecord {
   int32_t token = -1;     // chosen token; −1 for a prefill-only run (gen 0)
   double seconds = 0;     // forward + argmax
   ReadCounters bytes;     // read during this step
+  SourceCounters source;  // expert requests/hits and I/O time during this step
 };
 
 // Called after every step with that step's logits [vocab] (valid during the call only). A

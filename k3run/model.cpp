@@ -90,7 +90,12 @@ Status Model::Head(const float* x, int64_t rows, float* logits) {
   std::vector<float> part;
   for (int64_t begin = 0; begin < V; begin += chunk) {
     const int64_t n = std::min(chunk, V - begin);
-    K3_ASSIGN_OR_RETURN(kernels::Matrix m, weights_->LmHeadRows(begin, n));
+    Result<kernels::Matrix> chunk_or = weights_->LmHeadRows(begin, n);
+    if (!chunk_or.ok()) {
+      weights_->LmHeadDone();
+      return chunk_or.status();
+    }
+    const kernels::Matrix& m = *chunk_or;
     if (n == V) {
       kernels::MatMul(m, x, rows, logits);
       continue;
@@ -101,6 +106,7 @@ Status Model::Head(const float* x, int64_t rows, float* logits) {
       std::copy_n(part.data() + r * n, n, logits + r * V + begin);
     }
   }
+  weights_->LmHeadDone();
   return Status::Ok();
 }
 

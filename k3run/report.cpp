@@ -1,5 +1,6 @@
 #include "k3run/report.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -35,7 +36,78 @@ double Seconds(const std::vector<StepRecord>& steps) {
   return s;
 }
 
+// The steps that measure "a token": decode steps (index ≥ 1), or the only step there is.
+std::vector<const StepRecord*> DecodeSteps(const std::vector<StepRecord>& steps) {
+  std::vector<const StepRecord*> out;
+  for (const StepRecord& s : steps) {
+    if (s.index >= 1) out.push_back(&s);
+  }
+  if (out.empty() && !steps.empty()) out.push_back(&steps.front());
+  return out;
+}
+
+json NullableRate(uint64_t num, uint64_t den) {
+  return den == 0 ? json(nullptr) : json(double(num) / double(den));
+}
+
+json PlanJson(const StreamingPlan& p) {
+  return json{{"trunk_budget_bytes", p.trunk_budget},
+              {"cache_budget_bytes", p.cache_budget},
+              {"pinned_layers", p.pinned},
+              {"pinned_bytes", p.pinned_bytes},
+              {"ring_slots", p.ring_slots},
+              {"ring_slot_bytes", p.ring_slot_bytes},
+              {"expert_slots", p.expert_slots},
+              {"expert_slot_bytes", p.expert_slot_bytes},
+              {"lm_head_held", p.lm_head_held},
+              {"lm_head_chunk_rows", p.lm_head_chunk_rows},
+              {"policy", CachePolicyName(p.policy)},
+              {"trunk_min_bytes", p.trunk_min},
+              {"cache_min_bytes", p.cache_min},
+              {"weights_bytes", p.bytes()}};
+}
+
 }  // namespace
+
+PerToken MeasurePerToken(const RunReport& r, uint64_t weights_used_per_pass,
+                         uint64_t expert_record_bytes) {
+  PerToken t;
+  const std::vector<const StepRecord*> steps = DecodeSteps(r.steps);
+  if (steps.empty()) return t;
+  double requests = 0;
+  for (const StepRecord* s : steps) {
+    t.trunk_bytes += double(s->bytes.trunk);
+    t.lm_head_bytes += double(s->bytes.lm_head);
+    t.expert_bytes += double(s->bytes.experts);
+    t.other_bytes += double(s->bytes.embedding + s->bytes.head);
+    requests += double(s->source.expert_requests);
+  }
+  const double n = double(steps.size());
+  t.trunk_bytes /= n;
+  t.lm_head_bytes /= n;
+  t.expert_bytes /= n;
+  t.other_bytes /= n;
+  requests /= n;
+  t.weight_bytes_used = double(weights_used_per_pass) + requests * double(expert_record_bytes);
+  // bf16 trunk and lm_head: 2 bytes per weight; MXFP4 experts: 17 bytes per 32 weights.
+  t.multiply_adds = double(weights_used_per_pass) / 2 +
+                    requests * double(expert_record_bytes) * 32.0 / 17.0;
+  return t;
+}
+
+std::optional<FloorResult> RunFloor(const RunReport& r) {
+  if (!r.bandwidths || r.generated_ids.empty()) return std::nullopt;
+  const std::vector<const StepRecord*> steps = DecodeSteps(r.steps);
+  if (steps.empty()) return std::nullopt;
+  FloorResult f;
+  f.per_token = MeasurePerToken(r, r.weights_used_per_pass, r.expert_record_bytes);
+  f.floor = ComputeFloor(f.per_token, *r.bandwidths);
+  double secs = 0;
+  for (const StepRecord* s : steps) secs += s->seconds;
+  f.seconds_per_token = secs / double(steps.size());
+  f.time_over_floor = f.floor.floor_s > 0 ? f.seconds_per_token / f.floor.floor_s : 0;
+  return f;
+}
 
 std::string RenderReportJson(const RunReport& r) {
   json steps = json::array();
@@ -44,7 +116,15 @@ std::string RenderReportJson(const RunReport& r) {
                          {"tokens_in", s.tokens_in},
                          {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
                          {"seconds", s.seconds},
-                         {"bytes_read", BytesJson(s.bytes)}});
+                         {"tokens_per_s", s.seconds > 0 ? json(double(s.tokens_in) / s.seconds)
+                                                        : json(nullptr)},
+                         {"bytes_read", BytesJson(s.bytes)},
+                         {"expert_requests", s.source.expert_requests},
+                         {"expert_hits", s.source.expert_hits},
+                         {"expert_hit_rate",
+                          NullableRate(s.source.expert_hits, s.source.expert_requests)},
+                         {"io_busy_s", s.source.io_busy_seconds},
+                         {"io_wait_s", s.source.io_wait_seconds}});
   }
   json failures = json::array();
   for (const ExpertFailure& f : r.failures) {
@@ -52,6 +132,68 @@ std::string RenderReportJson(const RunReport& r) {
   }
   const double secs = Seconds(r.steps);
   const size_t n_gen = r.generated_ids.size();
+  uint64_t requests = 0, hits = 0;
+  double busy = 0, wait = 0;
+  for (const StepRecord& s : r.steps) {
+    requests += s.source.expert_requests;
+    hits += s.source.expert_hits;
+    busy += s.source.io_busy_seconds;
+    wait += s.source.io_wait_seconds;
+  }
+  const std::vector<const StepRecord*> decode = DecodeSteps(r.steps);
+  double decode_secs = 0;
+  ReadCounters per_token;
+  for (const StepRecord* s : decode) {
+    decode_secs += s->seconds;
+    per_token.trunk += s->bytes.trunk;
+    per_token.experts += s->bytes.experts;
+    per_token.embedding += s->bytes.embedding;
+    per_token.lm_head += s->bytes.lm_head;
+    per_token.head += s->bytes.head;
+  }
+  const uint64_t nd = decode.empty() ? 1 : decode.size();
+  per_token = ReadCounters{per_token.trunk / nd, per_token.experts / nd, per_token.embedding / nd,
+                           per_token.lm_head / nd, per_token.head / nd};
+  json floor = nullptr;
+  if (std::optional<FloorResult> f = RunFloor(r)) {
+    const Bandwidths& b = *r.bandwidths;
+    floor = json{{"bandwidths",
+                  json{{"expert_bytes_per_s", b.expert_bytes_per_s},
+                       {"expert_request_bytes", b.expert_request_bytes},
+                       {"expert_queue_depth", b.expert_queue_depth},
+                       {"trunk_bytes_per_s", b.trunk_bytes_per_s},
+                       {"trunk_request_bytes", b.trunk_request_bytes},
+                       {"memory_bytes_per_s", b.memory_bytes_per_s},
+                       {"kernel_flops_per_s", b.kernel_flops_per_s},
+                       {"backend", b.backend}}},
+                 {"per_token",
+                  json{{"trunk_bytes", f->per_token.trunk_bytes},
+                       {"lm_head_bytes", f->per_token.lm_head_bytes},
+                       {"expert_bytes", f->per_token.expert_bytes},
+                       {"other_bytes", f->per_token.other_bytes},
+                       {"weight_bytes_used", f->per_token.weight_bytes_used},
+                       {"multiply_adds", f->per_token.multiply_adds}}},
+                 {"disk_s", f->floor.disk_s},
+                 {"memory_s", f->floor.memory_s},
+                 {"compute_s", f->floor.compute_s},
+                 {"floor_s", f->floor.floor_s},
+                 {"bound", f->floor.bound},
+                 {"seconds_per_token", f->seconds_per_token},
+                 {"time_over_floor", f->time_over_floor}};
+  }
+  json streaming = nullptr;
+  if (r.streaming_plan) {
+    const StreamingStats& st = r.streaming_stats;
+    streaming = json{{"plan", PlanJson(*r.streaming_plan)},
+                     {"stats", json{{"expert_requests", st.expert_requests},
+                                    {"expert_hits", st.expert_hits},
+                                    {"expert_reads", st.expert_reads},
+                                    {"expert_evictions", st.expert_evictions},
+                                    {"waves", st.waves},
+                                    {"ring_loads", st.ring_loads},
+                                    {"ring_resyncs", st.ring_resyncs}}},
+                     {"reader", r.reader_backend}};
+  }
   json j = {
       {"format", "k3run-report"},
       {"version", 1},
@@ -71,13 +213,24 @@ std::string RenderReportJson(const RunReport& r) {
       {"totals",
        json{{"seconds", secs},
             {"seconds_per_token", n_gen ? json(secs / double(n_gen)) : json(nullptr)},
-            {"bytes_read", BytesJson(Sum(r.steps))}}},
+            {"decode_seconds_per_token",
+             r.steps.size() >= 2 ? json(decode_secs / double(decode.size())) : json(nullptr)},
+            {"bytes_read", BytesJson(Sum(r.steps))},
+            {"bytes_per_token", BytesJson(per_token)},
+            {"expert_hit_rate", NullableRate(hits, requests)},
+            {"io_busy_s", busy},
+            {"io_wait_s", wait},
+            {"io_share", secs > 0 ? json(busy / secs) : json(nullptr)},
+            {"io_hidden", busy > 0 ? json(std::max(0.0, busy - wait) / busy) : json(nullptr)}}},
       {"memory_plan",
        json{{"positions", r.plan.positions},
             {"kv_cache_bytes", r.plan.kv_cache_bytes},
             {"state_bytes", r.plan.state_bytes},
+            {"scratch_bytes", r.plan.scratch_bytes},
             {"weights_bytes", r.plan.weights_bytes},
             {"total_bytes", r.plan.total()}}},
+      {"streaming", streaming},
+      {"floor", floor},
       {"peak_rss_bytes", r.peak_rss_bytes},
       {"experts_skipped", r.experts_skipped},
       {"expert_failures", failures},
@@ -87,7 +240,7 @@ std::string RenderReportJson(const RunReport& r) {
 }
 
 std::string StepLine(const StepRecord& s) {
-  char head[160];
+  char head[200];
   if (s.token >= 0) {
     std::snprintf(head, sizeof head, "step %lld (%s, %lld token%s): id %d  %.4f s",
                   static_cast<long long>(s.index), s.index == 0 ? "prefill" : "decode",
@@ -98,18 +251,29 @@ std::string StepLine(const StepRecord& s) {
                   static_cast<long long>(s.index), static_cast<long long>(s.tokens_in),
                   s.tokens_in == 1 ? "" : "s", s.seconds);
   }
+  std::string line = head;
+  if (s.seconds > 0) {
+    std::snprintf(head, sizeof head, " (%.2f tok/s)", double(s.tokens_in) / s.seconds);
+    line += head;
+  }
   const ReadCounters& b = s.bytes;
-  return std::string(head) + "  read " + FormatIecBytes(double(b.total())) + " (trunk " +
-         FormatIecBytes(double(b.trunk)) + ", experts " + FormatIecBytes(double(b.experts)) +
-         ", embedding " + FormatIecBytes(double(b.embedding)) + ", lm_head " +
-         FormatIecBytes(double(b.lm_head)) + ", head " + FormatIecBytes(double(b.head)) + ")";
+  line += "  read " + FormatIecBytes(double(b.total())) + " (trunk " +
+          FormatIecBytes(double(b.trunk)) + ", experts " + FormatIecBytes(double(b.experts)) +
+          ", embedding " + FormatIecBytes(double(b.embedding)) + ", lm_head " +
+          FormatIecBytes(double(b.lm_head)) + ", head " + FormatIecBytes(double(b.head)) + ")";
+  if (s.source.expert_requests > 0) {
+    std::snprintf(head, sizeof head, "  expert hits %.1f %%",
+                  100.0 * double(s.source.expert_hits) / double(s.source.expert_requests));
+    line += head;
+  }
+  return line;
 }
 
 std::string SummaryLines(const RunReport& r) {
   const double secs = Seconds(r.steps);
   const ReadCounters t = Sum(r.steps);
   const size_t n = r.generated_ids.size();
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof buf, "%zu token%s in %.3f s", n, n == 1 ? "" : "s", secs);
   std::string out = buf;
   if (n > 0) {
@@ -121,7 +285,31 @@ std::string SummaryLines(const RunReport& r) {
          FormatIecBytes(double(t.trunk)) + ", experts " + FormatIecBytes(double(t.experts)) +
          ", embedding " + FormatIecBytes(double(t.embedding)) + ", lm_head " +
          FormatIecBytes(double(t.lm_head)) + "); peak RSS " +
-         FormatIecBytes(double(r.peak_rss_bytes));
+         FormatIecBytes(double(r.peak_rss_bytes)) + " (plan " +
+         FormatIecBytes(double(r.plan.total())) + ")";
+  double busy = 0, wait = 0;
+  for (const StepRecord& s : r.steps) {
+    busy += s.source.io_busy_seconds;
+    wait += s.source.io_wait_seconds;
+  }
+  if (busy > 0 && secs > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "\nI/O: busy %.3f s = %.1f %% of wall clock; %.1f %% of it hidden behind "
+                  "compute (engine waited %.3f s)",
+                  busy, 100.0 * busy / secs, 100.0 * std::max(0.0, busy - wait) / busy, wait);
+    out += buf;
+  }
+  if (std::optional<FloorResult> f = RunFloor(r)) {
+    const PerToken& p = f->per_token;
+    std::snprintf(buf, sizeof buf,
+                  "\nper decode token: %.4f s; read trunk %s, lm_head %s, experts %s; floor "
+                  "%.4f s (%s-bound: disk %.4f, memory %.4f, compute %.4f); time / floor %.2f",
+                  f->seconds_per_token, FormatIecBytes(p.trunk_bytes).c_str(),
+                  FormatIecBytes(p.lm_head_bytes).c_str(), FormatIecBytes(p.expert_bytes).c_str(),
+                  f->floor.floor_s, f->floor.bound.c_str(), f->floor.disk_s, f->floor.memory_s,
+                  f->floor.compute_s, f->time_over_floor);
+    out += buf;
+  }
   if (r.layers_run != r.n_layers) {
     out += "\nNOTE: first " + std::to_string(r.layers_run) + " of " +
            std::to_string(r.n_layers) + " layers only (--layers): this is NOT the model";

@@ -4,9 +4,15 @@
 // with --layers N < n_layers: the numbers are NOT the model's), mode, isa, threads,
 // prompt_ids, generated_ids (authoritative), generated_text (decoded bytes, invalid UTF-8 →
 // U+FFFD; null without a tokenizer), stop_reason, steps [{index, tokens_in, token (null for a
-// prefill-only step), seconds, bytes_read {trunk, experts, embedding, lm_head, head, total}}],
-// totals {seconds, seconds_per_token, bytes_read {…}}, memory_plan {…}, peak_rss_bytes,
-// experts_skipped, expert_failures [{layer, expert, reason}], valid.
+// prefill-only step), seconds, tokens_per_s, bytes_read {trunk, experts, embedding, lm_head, head,
+// total}, expert_requests, expert_hits, expert_hit_rate (null without requests), io_busy_s,
+// io_wait_s}], totals {seconds, seconds_per_token (all steps / generated tokens),
+// decode_seconds_per_token (steps after the first; null with fewer than 2 steps), bytes_read {…},
+// bytes_per_token {…} (decode steps), expert_hit_rate, io_share (I/O busy ÷ wall), io_hidden
+// (share of I/O busy time the engine did not wait for)}, memory_plan {…}, streaming (null when
+// every weight is held) {plan {…}, stats {…}, reader}, floor (null when not measured) {bandwidths
+// {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
+// peak_rss_bytes, experts_skipped, expert_failures [{layer, expert, reason}], valid.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "k3run/floor.h"
 #include "k3run/generate.h"
 #include "k3run/plan.h"
+#include "k3run/streaming_plan.h"
+#include "k3run/streaming_weights.h"
 #include "k3run/weights.h"
 
 namespace k3::run {
@@ -33,12 +42,34 @@ struct RunReport {
   bool stopped_by_id = false;
   std::vector<StepRecord> steps;
   MemoryPlan plan;
+  std::optional<StreamingPlan> streaming_plan;
+  StreamingStats streaming_stats;
+  std::string reader_backend;
+  std::optional<Bandwidths> bandwidths;  // probed at start-up (floor.h)
   uint64_t peak_rss_bytes = 0;
   int64_t experts_skipped = 0;
   std::vector<ExpertFailure> failures;
+  // For the floor: weight bytes a pass multiplies (trunk of the layers run + lm_head) and one
+  // expert record's size.
+  uint64_t weights_used_per_pass = 0;
+  uint64_t expert_record_bytes = 0;
 };
 
 std::string RenderReportJson(const RunReport& r);
+
+// Per-token averages over the decode steps (all steps when there is only one), for the floor.
+// `weights_used_per_pass` is every trunk + lm_head weight byte a pass multiplies and
+// `expert_record_bytes` one expert record's size (experts used = requests per step).
+PerToken MeasurePerToken(const RunReport& r, uint64_t weights_used_per_pass,
+                         uint64_t expert_record_bytes);
+// Floor and time ÷ floor of the run (nullopt without bandwidths or generated tokens).
+struct FloorResult {
+  PerToken per_token;
+  Floor floor;
+  double seconds_per_token = 0;
+  double time_over_floor = 0;
+};
+std::optional<FloorResult> RunFloor(const RunReport& r);
 
 // "step 3 (decode, 1 token): id 417  0.012 s  read 1.25 MiB (trunk 0 B, experts 1.25 MiB, …)".
 std::string StepLine(const StepRecord& s);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 
 #include "formats/prepared_layout.h"
@@ -51,11 +52,14 @@ std::string StreamingPlan::Describe() const {
   std::string s = "streaming plan: trunk budget " + FormatGb(trunk_budget) + " (" +
                   std::to_string(pinned.size()) + " layers pinned, " + FormatGb(pinned_bytes) +
                   "; ring " + std::to_string(ring_slots) + " × " + FormatGb(ring_slot_bytes) +
-                  "), expert cache " + std::to_string(expert_slots) + " slots × " +
+                  ", read ahead by a reader thread), expert cache " +
+                  std::to_string(expert_slots) + " slots × " +
                   std::to_string(expert_slot_bytes) + " B (" + CachePolicyName(policy) +
-                  "), lm_head " + (lm_head_held ? "held" : "streamed in chunks of " +
-                  std::to_string(lm_head_chunk_rows) + " rows") + " (" + FormatGb(lm_head_bytes) +
-                  "), embedding rows on demand; weights held " + GbBytes(bytes());
+                  "), lm_head " + (lm_head_held ? "held (" + FormatGb(lm_head_bytes) + ")"
+                                                  : "streamed through the ring in chunks of " +
+                                                        std::to_string(lm_head_chunk_rows) +
+                                                        " rows") +
+                  ", embedding rows on demand; weights held " + GbBytes(bytes());
   return s;
 }
 
@@ -84,7 +88,14 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
   plan.cache_min = moe ? uint64_t(c.topk + 1) * plan.expert_slot_bytes : 0;
   const uint64_t cache_all = uint64_t(p.experts.records.size()) * plan.expert_slot_bytes;
   const uint64_t largest = runs.empty() ? 0 : RoundUp(runs[0].length, 4096);
-  plan.trunk_min = std::min(trunk_all, 2 * largest);
+  // A streamed lm_head goes through the ring in chunks: at least 16 per pass (so no chunk forces
+  // a large slot), whole rows, and a row count that keeps chunk offsets 4 KiB-aligned (O_DIRECT).
+  const int64_t vocab = static_cast<int64_t>(lm->shape[0]);
+  const int64_t row_align = static_cast<int64_t>(4096 / std::gcd(row_bytes, uint64_t{4096}));
+  const int64_t min_chunk_rows =
+      std::min<int64_t>(vocab, RoundUp(uint64_t((vocab + 15) / 16), uint64_t(row_align)));
+  const uint64_t min_chunk_bytes = RoundUp(uint64_t(min_chunk_rows) * row_bytes, 4096);
+  plan.trunk_min = std::min(trunk_all + lm_bytes, 2 * std::max(largest, min_chunk_bytes));
 
   // Budgets: a total is split trunk first (re-read every token), the rest to the cache.
   std::optional<uint64_t> total;
@@ -113,7 +124,7 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
     if (*total < plan.trunk_min + plan.cache_min) {
       return Status::Invalid(total_flag + ": a total budget of " + GbBytes(*total) +
                              " is below the minimum " + GbBytes(plan.trunk_min + plan.cache_min) +
-                             " for " + p.dir + " (trunk: 2 × the largest trunk run = " +
+                             " for " + p.dir + " (trunk: 2 ring slots = " +
                              FormatGb(plan.trunk_min) + "; expert cache: top-k + 1 = " +
                              std::to_string(c.topk + 1) + " slots = " +
                              FormatGb(plan.cache_min) + "); give " +
@@ -130,9 +141,9 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
   if (trunk < plan.trunk_min) {
     return Status::Invalid("--trunk-gb: a trunk budget of " + GbBytes(trunk) +
                            " is below the minimum " + GbBytes(plan.trunk_min) +
-                           " (2 × the largest trunk run, " + std::to_string(largest) +
-                           " bytes, rounded to 4 KiB) for " + p.dir +
-                           "; give --trunk-gb " + FlagGb(plan.trunk_min) + " or more");
+                           " (a ring of 2 slots, each the larger of the largest trunk run, " +
+                           std::to_string(largest) + " bytes, and an lm_head chunk, " +
+                           std::to_string(min_chunk_bytes) + " bytes) for " + p.dir + "; give --trunk-gb " + FlagGb(plan.trunk_min) + " or more");
   }
   if (cache < plan.cache_min) {
     return Status::Invalid("--cache-gb: an expert cache of " + GbBytes(cache) +
@@ -149,29 +160,39 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
   // lm_head is trunk-like (read every token): held only when everything else of the trunk fits.
   plan.lm_head_held = trunk >= trunk_all + lm_bytes;
   const uint64_t layer_budget = plan.lm_head_held ? trunk - lm_bytes : trunk;
+  // The ring slot when runs [j, end) are streamed: their largest run, or an lm_head chunk.
+  auto slot_for = [&](size_t j) {
+    const uint64_t run = j < runs.size() ? RoundUp(runs[j].length, 4096) : 0;
+    return plan.lm_head_held ? run : std::max(run, min_chunk_bytes);
+  };
   // Pin the largest runs while the pinned set plus a 2-slot ring for the rest still fits.
   size_t k = 0;
   uint64_t sum = 0;
   for (size_t j = 0; j <= runs.size(); ++j) {
-    const uint64_t ring = j < runs.size() ? 2 * RoundUp(runs[j].length, 4096) : 0;
-    if (sum + ring <= layer_budget) k = j;
+    if (sum + 2 * slot_for(j) <= layer_budget) k = j;
     if (j < runs.size()) sum += runs[j].length;
   }
   for (size_t j = 0; j < k; ++j) {
     plan.pinned.push_back(runs[j].layer);
     plan.pinned_bytes += runs[j].length;
   }
-  if (k < runs.size()) {
-    plan.ring_slots = 2;
-    plan.ring_slot_bytes = RoundUp(runs[k].length, 4096);
+  const uint64_t slot = slot_for(k);
+  if (slot > 0) {
+    // What is left after the pins buys read-ahead: more slots (at most 8, and no more than the
+    // items streamed per pass).
+    plan.ring_slot_bytes = slot;
+    const uint64_t spare = layer_budget >= plan.pinned_bytes ? layer_budget - plan.pinned_bytes : 0;
+    const uint64_t chunk_rows =
+        plan.lm_head_held ? 0 : std::max<uint64_t>(uint64_t(min_chunk_rows),
+                                                   slot / row_bytes / uint64_t(row_align) *
+                                                       uint64_t(row_align));
+    const uint64_t chunks = plan.lm_head_held ? 0 : (uint64_t(vocab) + chunk_rows - 1) / chunk_rows;
+    const uint64_t items = (runs.size() - k) + chunks;
+    plan.ring_slots = static_cast<int>(
+        std::clamp<uint64_t>(std::min<uint64_t>(spare / slot, items), 2, 8));
+    plan.lm_head_chunk_rows = static_cast<int64_t>(std::min<uint64_t>(chunk_rows, uint64_t(vocab)));
   }
-  if (plan.lm_head_held) {
-    plan.lm_head_bytes = lm_bytes;
-  } else {
-    const int64_t vocab = static_cast<int64_t>(lm->shape[0]);
-    plan.lm_head_chunk_rows = std::max<int64_t>(1, (vocab + 15) / 16);
-    plan.lm_head_bytes = uint64_t(plan.lm_head_chunk_rows) * row_bytes;
-  }
+  plan.lm_head_bytes = plan.lm_head_held ? lm_bytes : 0;  // a streamed lm_head lives in the ring
   return plan;
 }
 

@@ -2,6 +2,7 @@
 #include "k3run/streaming_weights.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -14,20 +15,16 @@ struct StreamingWeights::Held {
   LayerView view;
 };
 
-struct StreamingWeights::RingSlot {
-  int layer = -1;  // the layer bound in `view`, -1 when empty
-  bool in_use = false;
-  uint64_t loaded_at = 0;
-  AlignedBuffer run;
-  LayerView view;
-};
-
 StreamingWeights::StreamingWeights(Env* env, const prep::PreparedDir* prepared,
                                    const StreamingPlan& plan, const StreamingOptions& options)
     : env_(env), prepared_(prepared), plan_(plan), options_(options),
       dims_(DimsFromConfig(prepared->manifest.config)), cache_(plan.expert_slots, plan.policy) {}
 
-StreamingWeights::~StreamingWeights() = default;
+StreamingWeights::~StreamingWeights() {
+  // The ring and the batch reader write into buffers owned here: stop them first.
+  ring_.reset();
+  batch_.reset();
+}
 
 Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Open(
     Env* env, const prep::PreparedDir* prepared, const StreamingPlan& plan,
@@ -45,14 +42,14 @@ Status StreamingWeights::Init() {
                            " expert slots; at least top-k + 1 = " + std::to_string(c.topk + 1) +
                            " are needed (raise --cache-gb)");
   }
-  reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, options_.force_pread);
   const std::string trunk_path = JoinPath(prepared_->dir, std::string(prep::kTrunkFile));
+  const std::string resident_path = JoinPath(prepared_->dir, std::string(prep::kResidentFile));
   K3_ASSIGN_OR_RETURN(trunk_, env_->Open(trunk_path, OpenMode::kReadDirect));
-  K3_ASSIGN_OR_RETURN(resident_,
-                      env_->Open(JoinPath(prepared_->dir, std::string(prep::kResidentFile)),
-                                 OpenMode::kRead));
+  K3_ASSIGN_OR_RETURN(resident_, env_->Open(resident_path, OpenMode::kRead));
   expert_files_.resize(prepared_->expert_paths.size());
   pinned_.resize(static_cast<size_t>(c.n_layers));
+  batch_ = std::make_unique<AsyncBatch>(&io_clock_, options_.force_pread);
+  reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, options_.force_pread);
   // Pinned layers are read at start-up, never on first touch.
   for (int layer : plan_.pinned) {
     K3_ASSIGN_OR_RETURN(const prep::TrunkRun* run, FindTrunkRun(*prepared_, layer));
@@ -62,11 +59,6 @@ Status StreamingWeights::Init() {
     K3_RETURN_IF_ERROR(BindLayer(*prepared_, dims_, layer, *run, h->run.data(), &h->view));
     pinned_[static_cast<size_t>(layer)] = std::move(h);
   }
-  for (int i = 0; i < plan_.ring_slots; ++i) {
-    auto s = std::make_unique<RingSlot>();
-    K3_ASSIGN_OR_RETURN(s->run, AlignedBuffer::Allocate(plan_.ring_slot_bytes, prep::kRunAlign));
-    ring_.push_back(std::move(s));
-  }
   if (plan_.expert_slots > 0) {
     K3_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(uint64_t(plan_.expert_slots) *
                                                             plan_.expert_slot_bytes,
@@ -75,21 +67,60 @@ Status StreamingWeights::Init() {
   slot_views_.resize(static_cast<size_t>(plan_.expert_slots));
   K3_ASSIGN_OR_RETURN(lm_region_, LmHeadRegion(*prepared_, dims_));
   K3_ASSIGN_OR_RETURN(kernels::WeightType t, LmHeadType(*lm_region_));
-  const int64_t rows = plan_.lm_head_held ? c.vocab : plan_.lm_head_chunk_rows;
-  const uint64_t bytes = plan_.lm_head_held ? lm_region_->length
-                                            : uint64_t(rows) * (lm_region_->length / uint64_t(c.vocab));
-  K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::Allocate(bytes, prep::kResidentAlign));
-  lm_head_matrix_ = kernels::Matrix{t, rows, dims_.hidden, lm_head_.data(), nullptr};
+  lm_head_matrix_ = kernels::Matrix{t, plan_.lm_head_held ? c.vocab : plan_.lm_head_chunk_rows,
+                                    dims_.hidden, nullptr, nullptr};
   if (plan_.lm_head_held) {
+    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::Allocate(lm_region_->length,
+                                                          prep::kResidentAlign));
+    lm_head_matrix_.data = lm_head_.data();
+    IoScope io(&io_clock_);
     Status s = resident_->ReadExact(lm_region_->offset, lm_region_->length, lm_head_.data());
     if (!s.ok()) {
-      return s.WithContext(prepared_->dir + "/" + std::string(prep::kResidentFile) + ": " +
-                           std::string(prep::kLmHeadName) + " at byte offset " +
-                           std::to_string(lm_region_->offset));
+      return s.WithContext(resident_path + ": " + std::string(prep::kLmHeadName) +
+                           " at byte offset " + std::to_string(lm_region_->offset));
     }
     counters_.lm_head += lm_region_->length;
     K3_RETURN_IF_ERROR(kernels::ValidateMatrix(lm_head_matrix_, prep::kLmHeadName));
   }
+  return StartRing();
+}
+
+// The walk: unpinned layers of a forward pass in order, then lm_head's chunks when it is not held.
+Status StreamingWeights::StartRing() {
+  const ModelConfig& c = prepared_->manifest.config;
+  const int walk_layers = options_.walk_layers > 0 ? options_.walk_layers : c.n_layers;
+  std::vector<RingItem> walk;
+  ring_pos_.assign(static_cast<size_t>(c.n_layers), -1);
+  for (int layer = 0; layer < walk_layers; ++layer) {
+    if (pinned_[static_cast<size_t>(layer)]) continue;
+    K3_ASSIGN_OR_RETURN(const prep::TrunkRun* run, FindTrunkRun(*prepared_, layer));
+    ring_pos_[static_cast<size_t>(layer)] = static_cast<int>(walk.size());
+    walk.push_back(RingItem{trunk_.get(), run->offset, run->length,
+                            "layer " + std::to_string(layer) + "'s trunk run"});
+  }
+  if (!plan_.lm_head_held) {
+    K3_ASSIGN_OR_RETURN(resident_direct_,
+                        env_->Open(JoinPath(prepared_->dir, std::string(prep::kResidentFile)),
+                                   OpenMode::kReadDirect));
+    const uint64_t row = lm_region_->length / uint64_t(c.vocab);
+    lm_first_pos_ = static_cast<int64_t>(walk.size());
+    for (int64_t b = 0; b < c.vocab; b += plan_.lm_head_chunk_rows) {
+      const int64_t n = std::min<int64_t>(plan_.lm_head_chunk_rows, c.vocab - b);
+      walk.push_back(RingItem{resident_direct_.get(), lm_region_->offset + uint64_t(b) * row,
+                              uint64_t(n) * row,
+                              std::string(prep::kLmHeadName) + " rows [" + std::to_string(b) +
+                                  ", " + std::to_string(b + n) + ")"});
+    }
+  }
+  if (walk.empty()) return Status::Ok();
+  if (plan_.ring_slots < 2) {
+    return Status::Invalid("streaming plan: " + std::to_string(walk.size()) +
+                           " trunk items to stream but no ring (internal: plan/source mismatch)");
+  }
+  ring_views_.resize(static_cast<size_t>(plan_.ring_slots));
+  K3_ASSIGN_OR_RETURN(ring_, TrunkRing::Start(std::move(walk), plan_.ring_slots,
+                                              plan_.ring_slot_bytes, &io_clock_,
+                                              options_.force_pread));
   return Status::Ok();
 }
 
@@ -99,6 +130,7 @@ Status StreamingWeights::ReadRun(const prep::TrunkRun& run, uint8_t* dst) {
   req.offset = run.offset;
   req.length = run.length;
   req.dst = dst;
+  IoScope io(&io_clock_);
   Status s = reader_->ReadAll(std::span<ReadRequest>(&req, 1));
   if (!s.ok()) {
     return Status::Io(prepared_->dir + "/" + std::string(prep::kTrunkFile) + ": reading layer " +
@@ -117,39 +149,26 @@ Result<const ops::LayerWeights*> StreamingWeights::Layer(int layer) {
     return Status::Invalid("layer " + std::to_string(layer) + " out of range");
   }
   if (const auto& h = pinned_[static_cast<size_t>(layer)]) return &h->view.w;
-  RingSlot* pick = nullptr;
-  for (auto& s : ring_) {
-    if (s->layer == layer) {
-      s->in_use = true;
-      return &s->view.w;
-    }
-    if (!s->in_use && (pick == nullptr || s->loaded_at < pick->loaded_at)) pick = s.get();
-  }
-  if (pick == nullptr) {
+  const int pos = ring_pos_[static_cast<size_t>(layer)];
+  if (ring_ == nullptr || pos < 0) {
     return Status::Invalid("layer " + std::to_string(layer) +
-                           ": every trunk ring slot is in use (internal: a layer was not released)");
+                           " is neither pinned nor in the ring's walk (--layers beyond the plan)");
   }
+  K3_ASSIGN_OR_RETURN(TrunkRing::Acquired a, ring_->Acquire(static_cast<size_t>(pos), &io_wait_));
   K3_ASSIGN_OR_RETURN(const prep::TrunkRun* run, FindTrunkRun(*prepared_, layer));
-  if (run->length > pick->run.size()) {
-    return Status::Invalid("layer " + std::to_string(layer) + "'s trunk run (" +
-                           std::to_string(run->length) + " bytes) exceeds the ring slot (" +
-                           std::to_string(pick->run.size()) + "): the plan does not match " +
-                           prepared_->dir);
+  LayerView& view = ring_views_[static_cast<size_t>(a.slot)];
+  if (Status s = BindLayer(*prepared_, dims_, layer, *run, a.data, &view); !s.ok()) {
+    ring_->Release(static_cast<size_t>(pos));
+    return s;
   }
-  pick->layer = -1;  // a failed read leaves the slot empty, never half-bound
-  K3_RETURN_IF_ERROR(ReadRun(*run, pick->run.data()));
-  K3_RETURN_IF_ERROR(BindLayer(*prepared_, dims_, layer, *run, pick->run.data(), &pick->view));
-  pick->layer = layer;
-  pick->in_use = true;
-  pick->loaded_at = ++ring_clock_;
-  ++stats_.ring_loads;
-  return &pick->view.w;
+  counters_.trunk += run->length;
+  return &view.w;
 }
 
 void StreamingWeights::ReleaseLayer(int layer) {
-  for (auto& s : ring_) {
-    if (s->layer == layer) s->in_use = false;
-  }
+  if (ring_ == nullptr || layer < 0 || layer >= static_cast<int>(ring_pos_.size())) return;
+  const int pos = ring_pos_[static_cast<size_t>(layer)];
+  if (pos >= 0) ring_->Release(static_cast<size_t>(pos));
 }
 
 bool StreamingWeights::Valid(int layer, int expert) const {
@@ -170,7 +189,9 @@ int64_t StreamingWeights::ExpertWaveSize() const {
 }
 
 void StreamingWeights::WillUse(int layer, std::span<const int32_t> experts) {
+  Publish();  // a previous wave's batch (a caller that skipped Expert) is collected first
   ++stats_.waves;
+  if (options_.trace != nullptr) options_.trace->Wave(step_, layer, experts);
   std::vector<int32_t> missing;
   for (int32_t e : experts) {
     if (!Valid(layer, e)) continue;
@@ -189,30 +210,28 @@ void StreamingWeights::WillUse(int layer, std::span<const int32_t> experts) {
   LoadExperts(layer, missing);
 }
 
-// Reserve serially, read in one batch in file-offset order, publish only what arrived intact.
+void StreamingWeights::Fail(int layer, int32_t expert, const std::string& why) {
+  failed_.insert(prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
+                                                static_cast<uint32_t>(expert)));
+  failures_.push_back(ExpertFailure{layer, expert, why});
+}
+
+// Reserve serially, then read in one batch in file-offset order on the batch thread; Publish()
+// binds only what arrived intact.
 void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missing) {
-  struct Pending {
-    int32_t expert;
-    int slot;
-    const prep::ExpertRecord* rec;
-  };
   std::vector<Pending> pending;
-  auto fail = [&](int32_t e, const std::string& why) {
-    failed_.insert(prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                  static_cast<uint32_t>(e)));
-    failures_.push_back(ExpertFailure{layer, e, why});
-  };
   for (int32_t e : missing) {
     const uint64_t key = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
                                                         static_cast<uint32_t>(e));
     const prep::ExpertRecord& rec = prepared_->experts.records[key];
     if (rec.length > plan_.expert_slot_bytes) {
-      fail(e, "expert record of " + std::to_string(rec.length) + " bytes exceeds the slot size");
+      Fail(layer, e, "expert record of " + std::to_string(rec.length) +
+                         " bytes exceeds the slot size");
       continue;
     }
     const int s = cache_.Reserve(key);
     if (s < 0) {
-      fail(e, "no free expert slot (internal: the wave is larger than the cache allows)");
+      Fail(layer, e, "no free expert slot (internal: the wave is larger than the cache allows)");
       continue;
     }
     pending.push_back(Pending{e, s, &rec});
@@ -222,12 +241,12 @@ void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missin
                                             : a.rec->offset < b.rec->offset;
   });
   std::vector<ReadRequest> reqs;
-  std::vector<Pending> issued;
+  batch_pending_.clear();
   for (const Pending& p : pending) {
     Result<File*> f = ExpertFile(p.rec->file_id);
     if (!f.ok()) {
       cache_.Drop(p.slot);
-      fail(p.expert, f.status().ToString());
+      Fail(layer, p.expert, f.status().ToString());
       continue;
     }
     ReadRequest r;
@@ -236,11 +255,19 @@ void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missin
     r.length = p.rec->length;
     r.dst = arena_.data() + uint64_t(p.slot) * plan_.expert_slot_bytes;
     reqs.push_back(r);
-    issued.push_back(p);
+    batch_pending_.push_back(p);
   }
-  if (!reqs.empty()) (void)reader_->ReadAll(reqs);  // per-request statuses are checked below
-  for (size_t i = 0; i < issued.size(); ++i) {
-    const Pending& p = issued[i];
+  if (reqs.empty()) return;
+  batch_layer_ = layer;
+  batch_->Submit(std::move(reqs));
+}
+
+void StreamingWeights::Publish() {
+  if (!batch_ || !batch_->pending()) return;
+  std::vector<ReadRequest> reqs = batch_->Wait(&io_wait_);
+  const int layer = batch_layer_;
+  for (size_t i = 0; i < batch_pending_.size(); ++i) {
+    const Pending& p = batch_pending_[i];
     const std::string& path = prepared_->expert_paths[p.rec->file_id];
     Status s = reqs[i].status;
     if (!s.ok()) {
@@ -254,15 +281,17 @@ void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missin
     }
     if (!s.ok()) {
       cache_.Drop(p.slot);
-      fail(p.expert, s.ToString());
+      Fail(layer, p.expert, s.ToString());
       continue;
     }
     ++stats_.expert_reads;
   }
+  batch_pending_.clear();
 }
 
 const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (!Valid(layer, expert)) return nullptr;
+  Publish();
   const uint64_t key = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
                                                       static_cast<uint32_t>(expert));
   if (failed_.count(key)) return nullptr;
@@ -270,6 +299,7 @@ const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (s < 0) {
     // Not announced by WillUse (a caller without waves): read it alone, now.
     WillUse(layer, std::span<const int32_t>(&expert, 1));
+    Publish();
     s = cache_.Find(key);
     if (s < 0) return nullptr;
   }
@@ -277,7 +307,10 @@ const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   return &slot_views_[static_cast<size_t>(s)];
 }
 
-void StreamingWeights::ReleaseExperts(int) { cache_.UnpinAll(); }
+void StreamingWeights::ReleaseExperts(int) {
+  Publish();  // never unpin (or later reuse) slots a batch is still writing
+  cache_.UnpinAll();
+}
 
 bool StreamingWeights::Resident(int layer, int expert) const {
   if (!Valid(layer, expert)) return false;
@@ -288,11 +321,24 @@ bool StreamingWeights::Resident(int layer, int expert) const {
 StreamingStats StreamingWeights::stats() const {
   StreamingStats s = stats_;
   s.expert_evictions = cache_.evictions();
+  if (ring_) {
+    s.ring_loads = ring_->loads();
+    s.ring_resyncs = ring_->resyncs();
+  }
   return s;
 }
 
+SourceCounters StreamingWeights::Source() const {
+  return SourceCounters{stats_.expert_requests, stats_.expert_hits, io_clock_.BusySeconds(),
+                        io_wait_};
+}
+
 Status StreamingWeights::EmbeddingRows(const int32_t* ids, int64_t n, float* out) {
-  return ReadEmbeddingRows(resident_.get(), *prepared_, dims_, ids, n, out, &counters_.embedding);
+  const auto t0 = std::chrono::steady_clock::now();
+  IoScope io(&io_clock_);
+  Status s = ReadEmbeddingRows(resident_.get(), *prepared_, dims_, ids, n, out, &counters_.embedding);
+  io_wait_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
 }
 
 int64_t StreamingWeights::LmHeadChunkRows() const {
@@ -301,27 +347,30 @@ int64_t StreamingWeights::LmHeadChunkRows() const {
 
 Result<kernels::Matrix> StreamingWeights::LmHeadRows(int64_t begin, int64_t n) {
   const int64_t vocab = prepared_->manifest.config.vocab;
-  if (begin < 0 || n < 0 || begin + n > vocab || (!plan_.lm_head_held && n > lm_head_matrix_.rows)) {
+  const int64_t chunk = LmHeadChunkRows();
+  if (begin < 0 || n <= 0 || begin + n > vocab || begin % chunk != 0 ||
+      n != std::min(chunk, vocab - begin)) {
     return Status::Invalid("lm_head rows [" + std::to_string(begin) + ", +" + std::to_string(n) +
-                           ") outside " + std::to_string(vocab) + " rows or the chunk of " +
-                           std::to_string(lm_head_matrix_.rows));
+                           ") are not a chunk of " + std::to_string(chunk) + " rows of " +
+                           std::to_string(vocab));
   }
   kernels::Matrix m = lm_head_matrix_;
-  const uint64_t row = lm_region_->length / uint64_t(vocab);
-  if (plan_.lm_head_held) {
-    m.data = static_cast<const uint8_t*>(m.data) + uint64_t(begin) * row;
-  } else {
-    const uint64_t off = lm_region_->offset + uint64_t(begin) * row;
-    Status s = resident_->ReadExact(off, uint64_t(n) * row, lm_head_.data());
-    if (!s.ok()) {
-      return s.WithContext(prepared_->dir + "/" + std::string(prep::kResidentFile) + ": " +
-                           std::string(prep::kLmHeadName) + " rows at byte offset " +
-                           std::to_string(off));
-    }
-    counters_.lm_head += uint64_t(n) * row;
-  }
   m.rows = n;
+  if (plan_.lm_head_held) return m;
+  LmHeadDone();
+  const int64_t c = begin / chunk;
+  const size_t pos = static_cast<size_t>(lm_first_pos_ + c);
+  K3_ASSIGN_OR_RETURN(TrunkRing::Acquired a, ring_->Acquire(pos, &io_wait_));
+  lm_held_chunk_ = c;
+  counters_.lm_head += uint64_t(n) * (lm_region_->length / uint64_t(vocab));
+  m.data = a.data;
   return m;
+}
+
+void StreamingWeights::LmHeadDone() {
+  if (lm_held_chunk_ < 0) return;
+  ring_->Release(static_cast<size_t>(lm_first_pos_ + lm_held_chunk_));
+  lm_held_chunk_ = -1;
 }
 
 Result<const HeadWeights*> StreamingWeights::Head() {

@@ -1,18 +1,21 @@
 // StreamingWeights: a WeightSource that holds at most a StreamingPlan's bytes (DESIGN.md §7
-// "Weight streaming"): pinned trunk layers (loaded at start-up) + a ring of 2 slots for the rest,
-// an arena of whole-expert slots under LRU or S3-FIFO, lm_head held or read in chunks, embedding
-// rows on demand. Same bytes, same views as RamWeights (weight_views.h), so logits are identical.
+// "Weight streaming"): pinned trunk layers (loaded at start-up) + a TrunkRing of ≥ 2 slots for
+// the rest of the trunk and lm_head's chunks, an arena of whole-expert slots under LRU or
+// S3-FIFO, embedding rows on demand. Same bytes, same views as RamWeights (weight_views.h), so
+// logits are identical at every budget.
 //
-// Phase 1 (this file): reads are synchronous on demand. A ring slot is filled when Layer() asks
-// for it; a MoE wave's missing experts are read as one batch (BatchReader: io_uring or a pread
-// pool, O_DIRECT where available, file-offset order) in WillUse(), the moment routing is known.
-// Non-goals here: a reader thread running ahead of the walk and overlap accounting (phase 2).
+// Overlap: the ring's reader thread runs ahead of the forward pass in walk order (unpinned layers,
+// then lm_head chunks, cyclically), so upcoming trunk layers load while a layer computes. A MoE
+// wave's missing experts are reserved serially in WillUse() and read as one batch (io_uring or a
+// pread pool, O_DIRECT, file-offset order) on a background thread; the model computes the shared
+// expert and the latent projection meanwhile, and the first Expert() call waits for the batch and
+// publishes what arrived.
 //
-// Invariants: a ring slot bound to a layer is not refilled while in use (Layer() → ReleaseLayer);
-// a failed read leaves the slot empty, never half-bound. An expert slot is published (bound
-// view, findable in the cache) only after its bytes arrived and passed BindExpert; slots of the
-// current wave are pinned until ReleaseExperts. Waves hold ≤ slots − 1 experts, so Reserve
-// always finds an unpinned slot.
+// Invariants: a ring slot is not refilled while in use or before the walk consumed it
+// (trunk_ring.h). An expert slot is published (bound view, findable in the cache) only after its
+// bytes arrived and passed BindExpert; slots of the current wave are pinned until ReleaseExperts.
+// Waves hold ≤ slots − 1 experts, so Reserve always finds an unpinned slot. No arena byte is freed
+// or reused while a batch is in flight (ReleaseExperts and the destructor collect it first).
 // Thread safety: one model thread at a time (as WeightSource).
 //
 // Failures: a trunk/lm_head/embedding read failure is returned (exit 1, naming file and offset);
@@ -28,7 +31,11 @@
 
 #include "common/aligned_buffer.h"
 #include "common/direct_reader.h"
+#include "k3run/async_batch.h"
+#include "k3run/cache_trace.h"
 #include "k3run/expert_cache.h"
+#include "k3run/io_clock.h"
+#include "k3run/trunk_ring.h"
 #include "k3run/streaming_plan.h"
 #include "k3run/weight_views.h"
 #include "k3run/weights.h"
@@ -38,6 +45,10 @@ namespace k3::run {
 struct StreamingOptions {
   bool verify_reads = false;
   bool force_pread = false;  // BatchReader without io_uring
+  // Layers a forward pass walks (k3run --layers N); 0 = all. The ring reads ahead in this walk.
+  int walk_layers = 0;
+  // Records every wave (k3run --dump-cache-trace); not owned, may be null.
+  CacheTraceWriter* trace = nullptr;
 };
 
 struct StreamingStats {
@@ -46,7 +57,8 @@ struct StreamingStats {
   uint64_t expert_reads = 0;     // experts read and published
   uint64_t expert_evictions = 0;
   uint64_t waves = 0;            // WillUse calls
-  uint64_t ring_loads = 0;       // trunk runs read into a ring slot
+  uint64_t ring_loads = 0;       // walk items (trunk runs, lm_head chunks) read into ring slots
+  uint64_t ring_resyncs = 0;     // acquires out of walk order (aborted passes)
 };
 
 class StreamingWeights final : public WeightSource {
@@ -67,24 +79,35 @@ class StreamingWeights final : public WeightSource {
   int64_t LmHeadChunkRows() const override;
   Result<kernels::Matrix> LmHeadRows(int64_t begin, int64_t n) override;
   Result<const HeadWeights*> Head() override;
+  void LmHeadDone() override;
   ReadCounters Counters() const override { return counters_; }
+  SourceCounters Source() const override;
   const std::vector<ExpertFailure>& Failures() const override { return failures_; }
   uint64_t PlannedResidentBytes() const override { return plan_.bytes(); }
+  void SetStep(int64_t step) override { step_ = step; }
 
   StreamingStats stats() const;
+  std::string_view reader_backend() const { return batch_->backend(); }
   const StreamingPlan& plan() const { return plan_; }
   // Whether the expert currently sits in the cache (tests pick a routed expert with it).
   bool Resident(int layer, int expert) const;
 
  private:
   struct Held;
-  struct RingSlot;
+  struct Pending {
+    int32_t expert;
+    int slot;
+    const prep::ExpertRecord* rec;
+  };
   StreamingWeights(Env* env, const prep::PreparedDir* prepared, const StreamingPlan& plan,
                    const StreamingOptions& options);
   Status Init();
+  Status StartRing();
   Status ReadRun(const prep::TrunkRun& run, uint8_t* dst);
   Result<File*> ExpertFile(uint32_t file_id);
   void LoadExperts(int layer, const std::vector<int32_t>& missing);
+  void Publish();  // collects the batch in flight, binds what arrived, records failures
+  void Fail(int layer, int32_t expert, const std::string& why);
   bool Valid(int layer, int expert) const;
 
   Env* env_;
@@ -95,9 +118,19 @@ class StreamingWeights final : public WeightSource {
   std::unique_ptr<BatchReader> reader_;
   std::unique_ptr<File> trunk_, resident_;
   std::vector<std::unique_ptr<File>> expert_files_;
+  std::unique_ptr<File> resident_direct_;  // lm_head chunks through the ring
   std::vector<std::unique_ptr<Held>> pinned_;  // [n_layers], null when not pinned
-  std::vector<std::unique_ptr<RingSlot>> ring_;
-  uint64_t ring_clock_ = 0;
+  IoClock io_clock_;
+  double io_wait_ = 0;  // seconds the engine thread spent blocked on reads
+  std::unique_ptr<TrunkRing> ring_;
+  std::vector<int> ring_pos_;               // [n_layers]: walk position, −1 when pinned/unwalked
+  std::vector<LayerView> ring_views_;       // [ring slots]
+  int64_t lm_first_pos_ = -1;               // walk position of lm_head chunk 0
+  int64_t lm_held_chunk_ = -1;              // chunk in use (acquired), −1 none
+  std::unique_ptr<AsyncBatch> batch_;
+  int batch_layer_ = -1;
+  std::vector<Pending> batch_pending_;      // in request order of the batch in flight
+  int64_t step_ = 0;
   ExpertCache cache_;
   AlignedBuffer arena_;
   std::vector<ops::GluWeights> slot_views_;

@@ -42,6 +42,18 @@ struct ReadCounters {
   }
 };
 
+// Streaming counters besides bytes (zero for sources that do not stream).
+struct SourceCounters {
+  uint64_t expert_requests = 0;  // distinct (layer, expert) asked for per wave
+  uint64_t expert_hits = 0;      // resident before the wave's own batch (true hits)
+  double io_busy_seconds = 0;    // wall time with at least one weight read in flight
+  double io_wait_seconds = 0;    // wall time the engine thread was blocked on reads
+  SourceCounters operator-(const SourceCounters& o) const {
+    return {expert_requests - o.expert_requests, expert_hits - o.expert_hits,
+            io_busy_seconds - o.io_busy_seconds, io_wait_seconds - o.io_wait_seconds};
+  }
+};
+
 // A routed expert that could not be used: the run is then invalid (exit 4), never silently.
 struct ExpertFailure {
   int layer = 0;
@@ -92,9 +104,14 @@ class WeightSource {
   // [begin, begin + n) as a Matrix. Output rows are independent, so chunking never changes a bit.
   virtual int64_t LmHeadChunkRows() const = 0;
   virtual Result<kernels::Matrix> LmHeadRows(int64_t begin, int64_t n) = 0;
+  // The model is done with lm_head for this pass (the last chunk may be recycled).
+  virtual void LmHeadDone() {}
   virtual Result<const HeadWeights*> Head() = 0;
+  // The generation step about to run (0 = prefill), for traces.
+  virtual void SetStep(int64_t /*step*/) {}
 
   virtual ReadCounters Counters() const = 0;
+  virtual SourceCounters Source() const { return {}; }
   virtual const std::vector<ExpertFailure>& Failures() const = 0;
   // Bytes this source will hold in RAM at most (for the memory plan printed before a run).
   virtual uint64_t PlannedResidentBytes() const = 0;

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 
 #include "common/log.h"
 #include "k3run/kernels/kernels_internal.h"
+#include "k3run/kernels/thread_pool.h"
 
 namespace k3::kernels {
 namespace {
@@ -23,7 +25,7 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 // depend on it (each element is computed the same way by whichever thread owns its row).
 constexpr int64_t kMinParallelWork = int64_t{1} << 16;
 
-// Threads get contiguous row ranges starting on a multiple of this, which matches the SIMD
+// Thread chunks start on a multiple of this, which matches the SIMD
 // row blocking and keeps two threads off one cache line of y.
 constexpr int64_t kRowAlign = 16;
 
@@ -217,16 +219,14 @@ void MatMul(const Matrix& w, const float* x, int64_t T, float* y) {
     rows_fn(w, x, T, y, 0, w.rows);
     return;
   }
-#pragma omp parallel num_threads(static_cast <int>(threads))
-  {
-    // Static, contiguous split of the row blocks: thread k gets blocks [k·n/p, (k+1)·n/p).
-    const int64_t p = omp_get_num_threads();
-    const int64_t k = omp_get_thread_num();
-    const int64_t b0 = blocks * k / p, b1 = blocks * (k + 1) / p;
-    const int64_t r0 = b0 * kRowAlign;
-    const int64_t r1 = b1 * kRowAlign < w.rows ? b1 * kRowAlign : w.rows;
+  // Chunks of whole row blocks, claimed by whichever thread is free (thread_pool.h): a few per
+  // thread so a descheduled thread's share is taken over.
+  const int64_t chunks = std::min<int64_t>(blocks, 4 * threads);
+  ParallelChunks(static_cast<int>(threads), chunks, [&](int64_t c) {
+    const int64_t r0 = blocks * c / chunks * kRowAlign;
+    const int64_t r1 = std::min<int64_t>(blocks * (c + 1) / chunks * kRowAlign, w.rows);
     if (r0 < r1) rows_fn(w, x, T, y, r0, r1);
-  }
+  });
 }
 
 }  // namespace k3::kernels

@@ -31,9 +31,10 @@
 // NaN: a NaN input gives a NaN output on every path; which NaN payload survives is not part
 //   of the contract (x86 keeps the first operand's payload and compilers may commute a + b).
 //
-// Threads: MatMul splits output rows over Threads() OpenMP threads (static, contiguous blocks);
-// each output element is computed by one thread in the order above, so the thread count never
-// changes a bit. MatMul may be called from one thread at a time (it forks its own team).
+// Threads: MatMul cuts output rows into chunks of whole 16-row blocks that up to Threads()
+// threads claim (thread_pool.h); each output element is computed by one thread in the order
+// above, so neither the thread count nor scheduling changes a bit. MatMul may be called from one
+// thread at a time.
 // SetIsa/SetThreads are process-wide; call them before MatMul, not concurrently with it.
 #pragma once
 

@@ -30,26 +30,38 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
   const int64_t E = d.hidden, Lt = d.latent, k = d.topk, I = d.moe_inter;
   auto buf = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
 
+  // The experts this pass visits, ascending; wave 0's reads are issued before anything else so
+  // that they load while the latent projection and the shared expert compute (DESIGN.md §7
+  // "Overlap"). The order of independent computations never changes a bit.
+  std::vector<int32_t> chosen(r.idx.begin(), r.idx.end());
+  std::sort(chosen.begin(), chosen.end());
+  chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+  const size_t wave_size =
+      waves != nullptr && waves->max_experts > 0 ? static_cast<size_t>(waves->max_experts)
+                                                 : std::max<size_t>(chosen.size(), 1);
+  auto begin_wave = [&](size_t wave_begin) {
+    const size_t wave_end = std::min(chosen.size(), wave_begin + wave_size);
+    if (waves != nullptr && waves->begin && wave_begin < wave_end) {
+      waves->begin(std::span<const int32_t>(chosen.data() + wave_begin, wave_end - wave_begin));
+    }
+  };
+  begin_wave(0);
+
   // 5. latent down-projection
   std::vector<float> z = buf(T * Lt);
   kernels::MatMul(w.down, x, T, z.data());
+  // 9. shared experts on the ORIGINAL x (added in step 10)
+  std::vector<float> shared = buf(T * E);
+  GluMlp(w.shared, d.situ_b1, d.situ_b2, x, T, shared.data());
 
   // 6a. each selected expert once, over all the rows that chose it; outputs into their slots
   std::vector<float> slots = buf(T * k * Lt);
   std::vector<char> have(static_cast<size_t>(T * k), 0);
-  std::vector<int32_t> chosen(r.idx.begin(), r.idx.end());
-  std::sort(chosen.begin(), chosen.end());
-  chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
   std::vector<float> zin, g, u, y;
   std::vector<int64_t> rows;  // flat (t·k + j) of each gathered row
-  const size_t wave_size =
-      waves != nullptr && waves->max_experts > 0 ? static_cast<size_t>(waves->max_experts)
-                                                 : std::max<size_t>(chosen.size(), 1);
   for (size_t wave_begin = 0; wave_begin < chosen.size(); wave_begin += wave_size) {
     const size_t wave_end = std::min(chosen.size(), wave_begin + wave_size);
-    if (waves != nullptr && waves->begin) {
-      waves->begin(std::span<const int32_t>(chosen.data() + wave_begin, wave_end - wave_begin));
-    }
+    if (wave_begin > 0) begin_wave(wave_begin);
     for (size_t ci = wave_begin; ci < wave_end; ++ci) {
       const int32_t e = chosen[ci];
       rows.clear();
@@ -99,10 +111,8 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
     if (d.latent_norm) RmsNorm(a, w.norm.data(), Lt, d.rms_eps, a);
   }
 
-  // 8. latent up-projection; 9. shared experts on the ORIGINAL x; 10. unweighted sum
+  // 8. latent up-projection; 10. unweighted sum with the shared experts (step 9, above)
   kernels::MatMul(w.up, acc.data(), T, out);
-  std::vector<float> shared = buf(T * E);
-  GluMlp(w.shared, d.situ_b1, d.situ_b2, x, T, shared.data());
   for (int64_t i = 0; i < T * E; ++i) out[i] = out[i] + shared[static_cast<size_t>(i)];
 }
 

@@ -16,11 +16,23 @@ TEST(PlanMemory, TinyPresetKvCacheAndStateByHand) {
   const MemoryPlan p = PlanMemory(*c, 13, 10, 1000);
   EXPECT_EQ(p.kv_cache_bytes, 4u * 6720u);
   EXPECT_EQ(p.state_bytes, 9u * 6400u);
-  EXPECT_EQ(p.total(), 4u * 6720u + 9u * 6400u + 1000u);
+  EXPECT_EQ(p.total(), 4u * 6720u + 9u * 6400u + p.scratch_bytes + 1000u);
+  EXPECT_EQ(p.scratch_bytes, ScratchBytes(*c, 1, 10));
   // --layers 4: layers 0–2 KDA, layer 3 MLA.
   const MemoryPlan q = PlanMemory(*c, 4, 10, 0);
   EXPECT_EQ(q.kv_cache_bytes, 6720u);
   EXPECT_EQ(q.state_bytes, 3u * 6400u);
+}
+
+// Scratch grows with the rows of a pass and the positions MLA scores span, and is at least the
+// logits (3 × vocab floats) plus the residual stream.
+TEST(ScratchBytes, GrowsWithRowsAndPositionsAndCoversTheLogits) {
+  Result<ModelConfig> c = synth::PresetConfig("tiny");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const uint64_t one = ScratchBytes(*c, 1, 10);
+  EXPECT_GE(one, 4u * (3u * uint64_t(c->vocab) + uint64_t(c->hidden)));
+  EXPECT_GT(ScratchBytes(*c, 8, 10), 7 * (one - 12u * uint64_t(c->vocab)));
+  EXPECT_GT(ScratchBytes(*c, 1, 1000), one);
 }
 
 TEST(CheckMemory, RefusalNamesEveryNumberAndTheFix) {

@@ -23,7 +23,6 @@
 namespace k3 {
 namespace {
 
-constexpr uint64_t kPieceBytes = 4 << 20;        // straight reads: big enough for NVMe
 constexpr uint64_t kBouncePieceBytes = 1 << 20;  // bounced reads: bounds bounce memory
 
 uint64_t AlignDown(uint64_t x, uint64_t a) { return x / a * a; }
@@ -74,13 +73,13 @@ struct Piece {
 };
 
 std::vector<Piece> CutPieces(std::span<ReadRequest> requests, uint32_t alignment,
-                             bool (*want)(const ReadRequest&)) {
+                             uint64_t piece_bytes, bool (*want)(const ReadRequest&)) {
   std::vector<Piece> pieces;
   for (size_t i = 0; i < requests.size(); ++i) {
     const ReadRequest& r = requests[i];
     if (r.length == 0 || !want(r)) continue;
     const uint64_t step =
-        NeedsBounce(r.file, alignment, r.offset, r.length, r.dst) ? kBouncePieceBytes : kPieceBytes;
+        NeedsBounce(r.file, alignment, r.offset, r.length, r.dst) ? kBouncePieceBytes : piece_bytes;
     for (uint64_t p = 0; p < r.length; p += step) {
       pieces.push_back(Piece{i, r.offset + p, std::min(step, r.length - p)});
     }
@@ -183,9 +182,10 @@ class ThreadPool {
 
 class PoolReader final : public BatchReader {
  public:
-  PoolReader(int queue_depth, uint32_t alignment, std::string backend)
+  PoolReader(int queue_depth, uint32_t alignment, uint64_t piece_bytes, std::string backend)
       : queue_depth_(queue_depth),
         alignment_(alignment),
+        piece_bytes_(piece_bytes),
         backend_(std::move(backend)),
         // The caller is one of the readers, so queue_depth reads are in flight at once.
         pool_(std::max(0, queue_depth - 1)) {}
@@ -196,7 +196,8 @@ class PoolReader final : public BatchReader {
   Status ReadAll(std::span<ReadRequest> requests) override {
     ResetStatuses(requests);
     const std::vector<Piece> pieces =
-        CutPieces(requests, alignment_, [](const ReadRequest& r) { return r.status.ok(); });
+        CutPieces(requests, alignment_, piece_bytes_,
+                  [](const ReadRequest& r) { return r.status.ok(); });
     std::mutex status_mu;
     const std::function<void(size_t)> task = [&](size_t k) {
       const Piece& piece = pieces[k];
@@ -219,6 +220,7 @@ class PoolReader final : public BatchReader {
  private:
   int queue_depth_;
   uint32_t alignment_;
+  uint64_t piece_bytes_;
   std::string backend_;
   ThreadPool pool_;
 };
@@ -228,8 +230,8 @@ class PoolReader final : public BatchReader {
 
 class UringReader final : public BatchReader {
  public:
-  UringReader(int queue_depth, uint32_t alignment)
-      : queue_depth_(queue_depth), alignment_(alignment),
+  UringReader(int queue_depth, uint32_t alignment, uint64_t piece_bytes)
+      : queue_depth_(queue_depth), alignment_(alignment), piece_bytes_(piece_bytes),
         slots_(static_cast<size_t>(queue_depth)) {}
   ~UringReader() override {
     if (initialized_) io_uring_queue_exit(&ring_);
@@ -273,6 +275,7 @@ class UringReader final : public BatchReader {
   bool initialized_ = false;
   int queue_depth_;
   uint32_t alignment_;
+  uint64_t piece_bytes_;
   std::vector<Slot> slots_;
 };
 
@@ -358,7 +361,7 @@ Status UringReader::ReadAll(std::span<ReadRequest> requests) {
     }
   }
   const std::vector<Piece> pieces = CutPieces(
-      requests, alignment_, [](const ReadRequest& r) { return r.status.ok() && r.file->fd() >= 0; });
+      requests, alignment_, piece_bytes_, [](const ReadRequest& r) { return r.status.ok() && r.file->fd() >= 0; });
 
   std::vector<size_t> free_slots;
   for (size_t i = slots_.size(); i > 0; --i) free_slots.push_back(i - 1);
@@ -445,17 +448,20 @@ Status DirectRead(File* file, uint32_t alignment, uint64_t offset, uint64_t leng
 }
 
 std::unique_ptr<BatchReader> BatchReader::Create(int queue_depth, bool force_pread,
-                                                 uint32_t alignment) {
+                                                 uint32_t alignment, uint64_t piece_bytes) {
   queue_depth = std::clamp(queue_depth, 1, 4096);
   if (alignment == 0) alignment = 1;
-  if (force_pread) return std::make_unique<PoolReader>(queue_depth, alignment, "pread-pool");
-  auto uring = std::make_unique<UringReader>(queue_depth, alignment);
+  piece_bytes = std::max<uint64_t>(AlignUp(std::max<uint64_t>(piece_bytes, 1), 4096), 4096);
+  if (force_pread) {
+    return std::make_unique<PoolReader>(queue_depth, alignment, piece_bytes, "pread-pool");
+  }
+  auto uring = std::make_unique<UringReader>(queue_depth, alignment, piece_bytes);
   const int ret = uring->Init();
   if (ret < 0) {
     // EPERM (seccomp, io_uring_disabled), ENOSYS (old kernel), ENOMEM (locked-memory limit):
     // all mean "use threads instead"; so does anything else the kernel says.
     return std::make_unique<PoolReader>(
-        queue_depth, alignment,
+        queue_depth, alignment, piece_bytes,
         std::string("pread-pool (io_uring unavailable: ") + std::strerror(-ret) + ")");
   }
   return uring;

@@ -42,12 +42,17 @@ struct ReadRequest {
 class BatchReader {
  public:
   static constexpr int kDefaultQueueDepth = 16;
+  static constexpr uint64_t kDefaultPieceBytes = 4 << 20;  // big enough for NVMe
 
   // Never fails: falls back to the pread pool when io_uring is unavailable (or force_pread).
   // `alignment` applies to direct files (see DirectRead); 4096 suits every common device.
+  // Requests are cut into pieces of `piece_bytes` (rounded up to 4 KiB) that are in flight
+  // together: a reader of single large requests (the trunk ring) uses smaller pieces to keep
+  // the queue full.
   static std::unique_ptr<BatchReader> Create(int queue_depth = kDefaultQueueDepth,
                                              bool force_pread = false,
-                                             uint32_t alignment = 4096);
+                                             uint32_t alignment = 4096,
+                                             uint64_t piece_bytes = kDefaultPieceBytes);
   virtual ~BatchReader() = default;
 
   // "io_uring" or "pread-pool"; when io_uring was tried and refused, "pread-pool (io_uring:

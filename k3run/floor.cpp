@@ -2,12 +2,14 @@
 #include "k3run/floor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <span>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "formats/prepared_layout.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/kernels/thread_pool.h"
+#include "k3run/trunk_ring.h"
 
 namespace k3::run {
 namespace {
@@ -57,9 +60,10 @@ class ExpertProbe {
   ExpertProbe(Env* env, const prep::PreparedDir& p, const ProbeOptions& o)
       : env_(env), p_(p), o_(o), files_(p.expert_paths.size()) {}
 
-  Status Run(Bandwidths* b) {
+  // Opens nothing yet; allocates the batch buffer and the shuffled order. False: no experts.
+  Result<bool> Prepare() {
     const std::vector<prep::ExpertRecord>& recs = p_.experts.records;
-    if (recs.empty()) return Status::Ok();
+    if (recs.empty()) return false;
     uint64_t max_len = 0;
     for (size_t i = 0; i < recs.size(); ++i) {
       if (recs[i].file_id >= p_.expert_paths.size()) {
@@ -79,11 +83,19 @@ class ExpertProbe {
     slot_ = prep::AlignUp(max_len, 4096);
     K3_ASSIGN_OR_RETURN(buf_, AlignedBuffer::Allocate(qd_ * slot_, 4096));
     reader_ = BatchReader::Create(static_cast<int>(qd_), o_.force_pread);
-
+    max_len_ = max_len;
     uint64_t bytes = 0;
     K3_RETURN_IF_ERROR(Batch(&bytes));  // warm-up: first submissions, file opens
+    return true;
+  }
+
+  Status Run(Bandwidths* b) {
+    K3_ASSIGN_OR_RETURN(bool any, Prepare());
+    if (!any) return Status::Ok();
+    const std::vector<prep::ExpertRecord>& recs = p_.experts.records;
+    const uint64_t max_len = max_len_;
     size_t consumed = qd_;
-    bytes = 0;
+    uint64_t bytes = 0;
     int batches = 0;
     const auto t0 = Clock::now();
     while (true) {
@@ -98,6 +110,10 @@ class ExpertProbe {
     b->backend = std::string(reader_->backend());
     return Status::Ok();
   }
+
+  // The next qd_ records of the order (wrapping), sorted by (file, offset) as the engine
+  // submits a wave, read in one ReadAll; adds their bytes to *bytes.
+  Status Batch(uint64_t* bytes);
 
  private:
   std::string Which(size_t index) const {
@@ -119,9 +135,7 @@ class ExpertProbe {
     return f.get();
   }
 
-  // The next qd_ records of the order (wrapping), sorted by (file, offset) as the engine
-  // submits a wave, read in one ReadAll.
-  Status Batch(uint64_t* bytes) {
+  Status BatchImpl(uint64_t* bytes) {
     const std::vector<prep::ExpertRecord>& recs = p_.experts.records;
     std::vector<size_t> pick(qd_);
     for (size_t& i : pick) i = order_[next_++ % order_.size()];
@@ -161,71 +175,134 @@ class ExpertProbe {
   size_t next_ = 0;
   size_t qd_ = 0;
   uint64_t slot_ = 0;
+  uint64_t max_len_ = 0;
   AlignedBuffer buf_;
   std::unique_ptr<BatchReader> reader_;
 };
 
+Status ExpertProbe::Batch(uint64_t* bytes) { return BatchImpl(bytes); }
+
 // ---- trunk: ring-sized sequential reads ----------------------------------------------------
 
-Status ProbeTrunk(Env* env, const prep::PreparedDir& p, const ProbeOptions& o, Bandwidths* b) {
-  std::vector<prep::TrunkRun> runs = p.manifest.runs;
-  if (runs.empty()) return Status::Ok();
-  std::stable_sort(runs.begin(), runs.end(), [](const prep::TrunkRun& x, const prep::TrunkRun& y) {
-    return x.length > y.length;
-  });
-  uint64_t req = o.trunk_request_bytes > 0 ? o.trunk_request_bytes : runs[0].length;
-  req = std::min({req, kMaxTrunkProbeRequest, runs[0].length});
-  if (req == 0) return Status::Ok();  // only empty runs: nothing a token could read
-  const std::string path = JoinPath(p.dir, std::string(prep::kTrunkFile));
-  Result<std::unique_ptr<File>> opened = env->Open(path, OpenMode::kReadDirect);
-  if (!opened.ok()) return opened.status().WithContext("bandwidth probe: opening " + path);
-  std::unique_ptr<File> file = std::move(opened).value();
-  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, AlignedBuffer::Allocate(req, 4096));
-  // QD 16 like the ring's reader (trunk_ring.cpp): a request is cut into pieces read together.
-  std::unique_ptr<BatchReader> reader =
-      BatchReader::Create(BatchReader::kDefaultQueueDepth, o.force_pread);
+class TrunkProbe {
+ public:
+  TrunkProbe(Env* env, const prep::PreparedDir& p, const ProbeOptions& o)
+      : env_(env), p_(p), o_(o), runs_(p.manifest.runs) {}
 
-  size_t run = 0;
-  uint64_t pos = 0;  // within runs[run]
-  auto read = [&](uint64_t max_len, uint64_t* bytes) -> Status {
-    while (runs[run].length == 0) run = (run + 1) % runs.size();
-    const prep::TrunkRun& r = runs[run];
+  // Opens trunk.bin, allocates one request's buffer, reads a warm-up. False: nothing to read.
+  Result<bool> Prepare() {
+    if (runs_.empty()) return false;
+    std::stable_sort(runs_.begin(), runs_.end(),
+                     [](const prep::TrunkRun& x, const prep::TrunkRun& y) {
+                       return x.length > y.length;
+                     });
+    req_ = o_.trunk_request_bytes > 0 ? o_.trunk_request_bytes : runs_[0].length;
+    req_ = std::min({req_, kMaxTrunkProbeRequest, runs_[0].length});
+    if (req_ == 0) return false;  // only empty runs: nothing a token could read
+    path_ = JoinPath(p_.dir, std::string(prep::kTrunkFile));
+    Result<std::unique_ptr<File>> opened = env_->Open(path_, OpenMode::kReadDirect);
+    if (!opened.ok()) return opened.status().WithContext("bandwidth probe: opening " + path_);
+    file_ = std::move(opened).value();
+    K3_ASSIGN_OR_RETURN(buf_, AlignedBuffer::Allocate(req_, 4096));
+    // QD 16 and the ring's piece size (trunk_ring.cpp): a request is cut into pieces read
+    // together.
+    reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, o_.force_pread, 4096,
+                                  RingPieceBytes(req_));
+    uint64_t warm = 0;
+    K3_RETURN_IF_ERROR(Read(std::min<uint64_t>(req_, 1 << 20), &warm));
+    return true;
+  }
+
+  // The next request of the walk over the runs (largest first, wrapping).
+  Status Read(uint64_t max_len, uint64_t* bytes) {
+    while (runs_[run_].length == 0) run_ = (run_ + 1) % runs_.size();
+    const prep::TrunkRun& r = runs_[run_];
     ReadRequest q;
-    q.file = file.get();
-    q.offset = r.offset + pos;
-    q.length = std::min(max_len, r.length - pos);
-    q.dst = buf.data();
-    if (Status s = reader->ReadAll(std::span<ReadRequest>(&q, 1)); !s.ok()) {
-      return Status::Io(path + ": bandwidth probe: reading layer " + std::to_string(r.layer) +
+    q.file = file_.get();
+    q.offset = r.offset + pos_;
+    q.length = std::min(max_len, r.length - pos_);
+    q.dst = buf_.data();
+    if (Status s = reader_->ReadAll(std::span<ReadRequest>(&q, 1)); !s.ok()) {
+      return Status::Io(path_ + ": bandwidth probe: reading layer " + std::to_string(r.layer) +
                         "'s trunk run at byte offset " + std::to_string(q.offset) + " (+" +
                         std::to_string(q.length) + " bytes) failed: " + s.ToString() +
                         "; check the disk (k3verify prepared --deep) or re-run k3prep pack");
     }
     *bytes += q.length;
-    pos += q.length;
-    if (pos == r.length) {
-      pos = 0;
-      run = (run + 1) % runs.size();
+    pos_ += q.length;
+    if (pos_ == r.length) {
+      pos_ = 0;
+      run_ = (run_ + 1) % runs_.size();
     }
     return Status::Ok();
-  };
+  }
+
+  uint64_t request() const { return req_; }
+  std::string_view backend() const { return reader_->backend(); }
+
+ private:
+  Env* env_;
+  const prep::PreparedDir& p_;
+  const ProbeOptions& o_;
+  std::vector<prep::TrunkRun> runs_;
+  uint64_t req_ = 0;
+  std::string path_;
+  std::unique_ptr<File> file_;
+  AlignedBuffer buf_;
+  std::unique_ptr<BatchReader> reader_;
+  size_t run_ = 0;
+  uint64_t pos_ = 0;  // within runs_[run_]
+};
+
+Status ProbeTrunk(Env* env, const prep::PreparedDir& p, const ProbeOptions& o, Bandwidths* b) {
+  TrunkProbe t(env, p, o);
+  K3_ASSIGN_OR_RETURN(bool any, t.Prepare());
+  if (!any) return Status::Ok();
   uint64_t bytes = 0;
-  K3_RETURN_IF_ERROR(read(std::min<uint64_t>(req, 1 << 20), &bytes));  // warm-up
-  bytes = 0;
   int requests = 0;
   const auto t0 = Clock::now();
   while (requests < 2 || Since(t0) < o.seconds_per_probe) {
-    K3_RETURN_IF_ERROR(read(req, &bytes));
+    K3_RETURN_IF_ERROR(t.Read(t.request(), &bytes));
     ++requests;
   }
   b->trunk_bytes_per_s = Rate(static_cast<double>(bytes), Since(t0));
-  b->trunk_request_bytes = req;
-  const std::string backend(reader->backend());
+  b->trunk_request_bytes = t.request();
+  const std::string backend(t.backend());
   if (b->backend.empty()) {
     b->backend = backend;
   } else if (b->backend != backend) {
     b->backend = "experts: " + b->backend + "; trunk: " + backend;
   }
+  return Status::Ok();
+}
+
+// Both streams at once, as the engine runs them (the ring's reader and a wave's batch): the disk
+// may deliver more in total than either stream alone.
+Status ProbeCombined(Env* env, const prep::PreparedDir& p, const ProbeOptions& o, Bandwidths* b) {
+  ExpertProbe experts(env, p, o);
+  TrunkProbe trunk(env, p, o);
+  K3_ASSIGN_OR_RETURN(bool have_experts, experts.Prepare());
+  K3_ASSIGN_OR_RETURN(bool have_trunk, trunk.Prepare());
+  if (!have_experts || !have_trunk) return Status::Ok();
+  std::atomic<bool> stop{false};
+  uint64_t trunk_bytes = 0, expert_bytes = 0;
+  Status trunk_status;
+  const auto t0 = Clock::now();
+  std::thread reader([&] {
+    while (!stop.load() && trunk_status.ok()) trunk_status = trunk.Read(trunk.request(), &trunk_bytes);
+  });
+  Status st;
+  int batches = 0;
+  while (st.ok() && (batches < 2 || Since(t0) < o.seconds_per_probe)) {
+    st = experts.Batch(&expert_bytes);
+    ++batches;
+  }
+  stop.store(true);
+  reader.join();
+  const double seconds = Since(t0);
+  K3_RETURN_IF_ERROR(st);
+  K3_RETURN_IF_ERROR(trunk_status);
+  b->combined_bytes_per_s = Rate(static_cast<double>(trunk_bytes + expert_bytes), seconds);
   return Status::Ok();
 }
 
@@ -329,6 +406,7 @@ Result<Bandwidths> ProbeBandwidths(Env* env, const prep::PreparedDir& p, const P
     K3_RETURN_IF_ERROR(experts.Run(&b));
   }
   K3_RETURN_IF_ERROR(ProbeTrunk(env, p, o, &b));
+  K3_RETURN_IF_ERROR(ProbeCombined(env, p, o, &b));
   const int threads = o.threads > 0 ? o.threads : kernels::Threads();
   K3_RETURN_IF_ERROR(ProbeMemory(o, threads, &b));
   K3_RETURN_IF_ERROR(ProbeKernel(o, threads, &b));
@@ -356,6 +434,13 @@ Floor ComputeFloor(const PerToken& t, const Bandwidths& b) {
   f.disk_s = Term(t.trunk_bytes + t.lm_head_bytes + t.other_bytes, b.trunk_bytes_per_s,
                   "trunk_bytes_per_s", &f) +
              Term(t.expert_bytes, b.expert_bytes_per_s, "expert_bytes_per_s", &f);
+  // The engine reads both kinds at once; when the disk serves them together faster than one
+  // after the other, that is the bound.
+  if (b.combined_bytes_per_s > 0 && t.expert_bytes > 0 &&
+      t.trunk_bytes + t.lm_head_bytes > 0) {
+    const double all = t.trunk_bytes + t.lm_head_bytes + t.other_bytes + t.expert_bytes;
+    f.disk_s = std::min(f.disk_s, all / b.combined_bytes_per_s);
+  }
   f.memory_s = Term(t.weight_bytes_used, b.memory_bytes_per_s, "memory_bytes_per_s", &f);
   f.compute_s = Term(2 * t.multiply_adds, b.kernel_flops_per_s, "kernel_flops_per_s", &f);
   f.floor_s = std::max({f.disk_s, f.memory_s, f.compute_s});

@@ -5,9 +5,10 @@
 // Per byte kind, the bytes that must be read per token ÷ the disk bandwidth measured with the
 // engine's own request size and queue depth (experts: expert-record-sized random reads at the
 // wave's queue depth; trunk runs and lm_head chunks: ring-slot-sized sequential reads through
-// the same BatchReader, O_DIRECT); versus the weight bytes the token multiplies ÷ the memory read
-// bandwidth, and its multiply-adds ÷ the kernels' measured peak. The floor is the largest of the
-// three (each is a lower bound; disk and compute overlap at best).
+// the same BatchReader, O_DIRECT), summed — or, when lower, all disk bytes ÷ the bandwidth of both
+// streams measured running together, as the engine runs them; versus the weight bytes the token
+// multiplies ÷ the memory read bandwidth, and its multiply-adds ÷ the kernels' measured peak. The
+// floor is the largest of the three (each is a lower bound; disk and compute overlap at best).
 //
 // Probes run at start-up, before the weights are allocated, so their buffers never raise the
 // run's peak RSS above the plan. Bounded: a fraction of a second each.
@@ -60,6 +61,7 @@ struct Bandwidths {
   int expert_queue_depth = 0;         // records per batch as used (after clamping)
   double trunk_bytes_per_s = 0;
   uint64_t trunk_request_bytes = 0;   // as used (after the caps)
+  double combined_bytes_per_s = 0;  // trunk and expert streams concurrently (0: one kind only)
   double memory_bytes_per_s = 0;   // streaming read of a buffer far larger than the caches
   double kernel_flops_per_s = 0;   // bf16 matvec on cache-resident weights, all threads (2 flops
                                    // per multiply-add)

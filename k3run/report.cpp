@@ -163,6 +163,7 @@ std::string RenderReportJson(const RunReport& r) {
                        {"expert_queue_depth", b.expert_queue_depth},
                        {"trunk_bytes_per_s", b.trunk_bytes_per_s},
                        {"trunk_request_bytes", b.trunk_request_bytes},
+                       {"combined_bytes_per_s", b.combined_bytes_per_s},
                        {"memory_bytes_per_s", b.memory_bytes_per_s},
                        {"kernel_flops_per_s", b.kernel_flops_per_s},
                        {"backend", b.backend}}},

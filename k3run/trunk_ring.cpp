@@ -1,11 +1,16 @@
 // The trunk ring's reader thread and hand-over protocol (see trunk_ring.h).
 #include "k3run/trunk_ring.h"
 
+#include <algorithm>
 #include <chrono>
 #include <span>
 #include <utility>
 
 namespace k3::run {
+
+uint64_t RingPieceBytes(uint64_t slot_bytes) {
+  return std::clamp<uint64_t>(slot_bytes / 16, uint64_t{512} << 10, uint64_t{4} << 20);
+}
 
 TrunkRing::TrunkRing(std::vector<RingItem> walk, IoClock* clock)
     : walk_(std::move(walk)), clock_(clock) {}
@@ -31,7 +36,8 @@ Result<std::unique_ptr<TrunkRing>> TrunkRing::Start(std::vector<RingItem> walk, 
     K3_ASSIGN_OR_RETURN(s.buf, AlignedBuffer::Allocate(slot_bytes, 4096));
   }
   // QD ≥ 4: a run is cut into pieces (direct_reader.cpp) that are in flight together.
-  r->reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, force_pread);
+  r->reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, force_pread, 4096,
+                                   RingPieceBytes(slot_bytes));
   r->thread_ = std::thread([p = r.get()] { p->ReaderLoop(); });
   return r;
 }

@@ -37,6 +37,10 @@
 
 namespace k3::run {
 
+// The piece size the ring's reads are cut into (direct_reader.h): about 16 pieces per slot, so a
+// single item keeps a queue of 16 busy, between 512 KiB and 4 MiB.
+uint64_t RingPieceBytes(uint64_t slot_bytes);
+
 // One item of the walk: a byte range of a file and what it is, for messages.
 struct RingItem {
   File* file = nullptr;

@@ -149,6 +149,9 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req, const BodySink&
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &ex);
   }
+  if (req.receive_buffer_bytes > 0) {
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, req.receive_buffer_bytes);
+  }
   if (req.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
   // CURLOPT_RANGE, not RESUME_FROM: the sink checks the status and Content-Range itself, so a
   // server that ignores the range cannot make libcurl append a whole body to a prefix.

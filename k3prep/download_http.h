@@ -35,6 +35,10 @@ struct HttpRequest {
   long low_speed_bytes_per_s = 0;  // 0: no stall detection
   long low_speed_seconds = 0;
   uint64_t max_body_bytes = 64u << 20;  // for bodies kept in memory
+  // libcurl's receive buffer (CURLOPT_BUFFERSIZE); 0 keeps its 16 KiB default. File bodies use
+  // a large one, because each buffer-full costs a poll and a recv. The sink is still called
+  // with at most 16 KiB at a time (CURL_MAX_WRITE_SIZE).
+  long receive_buffer_bytes = 0;
 };
 
 struct HttpResponse {

@@ -3,10 +3,12 @@
 # curl fetching the same files from the same servers in the same run (DESIGN.md §9).
 #
 # Usage: scripts/bench_download.sh [BUILD_DIR (default build)] [PRESET (default small)]
-# Prints both wall times, the throughput ratio (k3prep / curl; aim >= 0.9) and the bytes the
-# downloader read from files while downloading (/proc/PID/io rchar and read_bytes, sampled every
-# 20 ms until exit): hashing is overlapped with the transfer, so this should
-# be ~0 beyond resume prefixes (none here). Everything runs on 127.0.0.1 only.
+# Environment: REPS (runs of each tool, alternating; default 3).
+# Prints the best and median wall times of curl, curl + sync (curl does no fsync; k3prep fsyncs
+# every file before its rename) and k3prep, the throughput ratios k3prep / curl and
+# k3prep / (curl + sync) (aim >= 0.9), and the bytes the downloader read from files while
+# downloading (/proc/PID/io rchar and read_bytes at exit): the hash is computed from the stream,
+# so this should be ~0 beyond resume prefixes (none here). Everything runs on 127.0.0.1 only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -30,53 +32,76 @@ EP="http://127.0.0.1:$HUB_PORT"
 BYTES=$(du -sb "$WORK/src" | cut -f1)
 FILES=$(cd "$WORK/src" && ls)
 
-# Alternate the two REPS times (default 3) and keep each one's best time: on a small shared
-# machine the loopback server competes with the client for cores, so single runs are noisy.
+# Alternate the tools REPS times (default 3) and report each one's best and median: on a small
+# shared machine the loopback server competes with the clients (and other builds) for cores, so
+# single runs are noisy.
 REPS="${REPS:-3}"
 ARGS=()
 for f in $FILES; do ARGS+=(-o "$WORK/curl/$f" "$EP/org/bench/resolve/$COMMIT/$f"); done
-CURL_S=999999; K3_S=999999
+CURL_T=(); SYNC_T=(); K3_T=()
+now() { date +%s.%N; }
 for rep in $(seq "$REPS"); do
-  # Plain curl, 4 files in parallel (k3prep's default --jobs), following the CDN redirect.
+  # Plain curl, 4 files in parallel (k3prep's default --jobs), following the CDN redirect. curl
+  # does no fsync: its bytes are still only in the page cache when it exits. "curl + sync" then
+  # fsyncs each file and the directory (what k3prep does per file before its rename), timed
+  # separately; `sync FILE...` rather than a global sync, which would also flush whatever other
+  # processes left dirty on the disk.
   rm -rf "$WORK/curl"; mkdir -p "$WORK/curl"; sync
-  T0=$(date +%s.%N)
+  T0=$(now)
   curl -sS -L -Z --parallel-max 4 "${ARGS[@]}" 2>/dev/null
-  T1=$(date +%s.%N)
-  CURL_S=$(echo "t=$T1 - $T0; if (t < $CURL_S) t else $CURL_S" | bc -l)
+  T1=$(now)
+  sync "$WORK/curl"/* "$WORK/curl"
+  T2=$(now)
+  CURL_T+=("$(echo "$T1 - $T0" | bc -l)")
+  SYNC_T+=("$(echo "$T2 - $T0" | bc -l)")
 
-  # k3prep download, its file reads sampled from /proc/PID/io until it exits.
+  # k3prep download, its file reads sampled from /proc/PID/io; timed from Popen to exit.
   rm -rf "$WORK/k3"; sync
   /usr/bin/python3 - "$K3PREP" "$EP" "$WORK/k3" > "$WORK/io.txt" <<'PY'
-import os, subprocess, sys, time
+import os, subprocess, sys, threading, time
 k3prep, ep, dest = sys.argv[1:4]
 env = dict(os.environ, HF_ENDPOINT=ep)
 env.pop("HF_TOKEN", None)
 t0 = time.monotonic()
 p = subprocess.Popen([k3prep, "download", "org/bench", "--dest", dest, "--progress", "none"],
                      env=env, stderr=subprocess.DEVNULL)
-last = {}
-while p.poll() is None:
-    try:
-        with open("/proc/%d/io" % p.pid) as f:
-            last = dict(l.split(": ") for l in f.read().split("\n") if l)
-    except OSError:
-        pass
-    time.sleep(0.02)
-print(p.returncode, last.get("rchar", "?").strip(), last.get("read_bytes", "?").strip(),
-      "%.4f" % (time.monotonic() - t0))
+# Wait for the exit without reaping (WNOWAIT), so the timing has no polling delay and the
+# zombie's /proc/PID/io still holds the final totals.
+os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+t = time.monotonic() - t0
+with open("/proc/%d/io" % p.pid) as f:
+    io = dict(l.split(": ") for l in f.read().split("\n") if l)
+print(p.wait(), io.get("rchar", "?").strip(), io.get("read_bytes", "?").strip(), "%.4f" % t)
 PY
-  # Timed inside the wrapper (Popen to exit, polling every 20 ms), so python's start-up is out.
   read -r RC RCHAR READ_BYTES T < "$WORK/io.txt"
-  K3_S=$(echo "t=$T; if (t < $K3_S) t else $K3_S" | bc -l)
+  K3_T+=("$T")
   [ "$RC" = "0" ] || { echo "k3prep download failed (exit $RC)" >&2; exit 1; }
   for f in $FILES; do cmp -s "$WORK/src/$f" "$WORK/k3/$f" || { echo "MISMATCH $f" >&2; exit 1; }; done
 done
 
-printf 'files: %s, %.1f MB (preset %s), loopback, %s cores\n' "$(echo $FILES | wc -w)" \
-  "$(echo "$BYTES / 1000000" | bc -l)" "$PRESET" "$(nproc)"
-printf 'curl -Z (4 parallel), best of %s: %6.2f s  %7.1f MB/s\n' "$REPS" "$CURL_S" "$(echo "$BYTES / $CURL_S / 1000000" | bc -l)"
-printf 'k3prep download, best of %s:     %6.2f s  %7.1f MB/s (incl. resolve, listing, SHA-256, fsync)\n' \
-  "$REPS" "$K3_S" "$(echo "$BYTES / $K3_S / 1000000" | bc -l)"
-printf 'throughput ratio k3prep/curl: %.2f\n' "$(echo "$CURL_S / $K3_S" | bc -l)"
-printf 'k3prep file reads while downloading: rchar %s bytes (includes its own /proc, config and ELF loads), read_bytes %s\n' \
+best() { printf '%s\n' "$@" | sort -g | head -1; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+list() { printf ' %.2f' "$@"; }
+row() {  # label, times...
+  local label="$1"; shift
+  local b m; b=$(best "$@"); m=$(median "$@")
+  printf '%-26s best %5.2f s (%6.1f MB/s)  median %5.2f s (%6.1f MB/s)  runs:%s\n' "$label" \
+    "$b" "$(echo "$BYTES / $b / 1000000" | bc -l)" "$m" "$(echo "$BYTES / $m / 1000000" | bc -l)" \
+    "$(list "$@")"
+}
+ratio() {  # label, reference times as "a b c", k3 times...
+  local label="$1" ref="$2"; shift 2
+  printf 'ratio k3prep / %-12s best %.2f  median %.2f  (aim >= 0.9)\n' "$label" \
+    "$(echo "$(best $ref) / $(best "$@")" | bc -l)" "$(echo "$(median $ref) / $(median "$@")" | bc -l)"
+}
+printf 'files: %s, %.1f MB (preset %s), loopback, %s cores, load %s, %s runs each, alternating\n' \
+  "$(echo $FILES | wc -w)" "$(echo "$BYTES / 1000000" | bc -l)" "$PRESET" "$(nproc)" \
+  "$(cut -d' ' -f1 /proc/loadavg)" "$REPS"
+row "curl -Z (4 parallel)" "${CURL_T[@]}"
+row "curl -Z + sync" "${SYNC_T[@]}"
+row "k3prep download" "${K3_T[@]}"
+echo "  (k3prep includes resolve, listing, SHA-256 of every byte while streaming, fsync + rename per file)"
+ratio "curl" "${CURL_T[*]}" "${K3_T[@]}"
+ratio "curl + sync" "${SYNC_T[*]}" "${K3_T[@]}"
+printf 'k3prep file reads while downloading (last run): rchar %s bytes (includes its own /proc, config and ELF loads), read_bytes %s\n' \
   "$RCHAR" "$READ_BYTES"

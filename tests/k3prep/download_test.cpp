@@ -8,7 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iostream>
+#include <iterator>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -16,9 +19,11 @@
 #include "k3prep/cli.h"
 #include "k3prep/download_command.h"
 #include "k3prep/download_hub.h"
+#include "k3prep/download_part_writer.h"
 #include "k3prep/download_retry.h"
 #include "k3prep/synth_checkpoint.h"
 #include "tests/k3prep/download_test_util.h"
+#include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -334,6 +339,104 @@ TEST(Download, SigkillMidTransferThenResumeWithRange) {
   EXPECT_EQ(log.find(test::kTestToken), std::string::npos) << "token printed";
   EXPECT_EQ(test::ReadAll(tmp.Join("run1.log")).find(test::kTestToken), std::string::npos);
   test::ExpectTokenNeverAtCdn(sim);
+}
+
+// --- PartWriter: the .part appender (O_DIRECT windows, buffered heads and tails) ---
+
+// Byte equality, reported as sizes and the first differing offset (not megabytes of dump).
+void ExpectSameBytes(const std::string& got, const std::string& want) {
+  ASSERT_EQ(got.size(), want.size());
+  size_t i = 0;
+  while (i < got.size() && got[i] == want[i]) ++i;
+  EXPECT_EQ(i, got.size()) << "first differing byte offset";
+}
+
+// Feeds `data` from byte `from` in libcurl-like pieces (16 KiB, with odd sizes mixed in), with
+// an early Flush (end of an exchange) after `flush_at` bytes, then closes.
+Status FeedPart(download::PartWriter& w, const std::string& data, size_t from, size_t flush_at) {
+  w.Reset(from);
+  const size_t pieces[] = {16384, 16384, 1, 16384, 4095, 16384, 7, 16384, 100000};
+  size_t i = 0;
+  for (size_t off = from; off < data.size(); ++i) {
+    const size_t n = std::min(pieces[i % std::size(pieces)], data.size() - off);
+    K3_RETURN_IF_ERROR(w.Append(data.data() + off, n));
+    off += n;
+    if (off - from >= flush_at && off - from - n < flush_at) {
+      K3_RETURN_IF_ERROR(w.Flush());
+      w.Reset(off);  // the next exchange resumes where this one ended (unaligned)
+    }
+  }
+  return w.Close();
+}
+
+TEST(DownloadPartWriter, DirectWindowsAndUnalignedTailsAreByteExact) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("x.part");
+  const std::string data = test::RandomBytes((2u << 20) + 777777, 41);
+  Env* env = Env::Default();
+  auto part = env->Open(path, OpenMode::kReadWrite);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  auto w = download::PartWriter::Open(env, part->get(), path);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  if (!(*w)->direct()) std::cout << "[ NOTE     ] no O_DIRECT on " << tmp.path() << "\n";
+  Status s = FeedPart(**w, data, 0, 1234567);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE((*part)->Close().ok());
+  ExpectSameBytes(test::ReadAll(path), data);
+}
+
+TEST(DownloadPartWriter, ResumeFromUnalignedPrefixIsByteExact) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("x.part");
+  const std::string data = test::RandomBytes((1u << 20) + 300001, 42);
+  const size_t prefix = 5003;  // a .part left by a killed run: not a multiple of 4096
+  test::WriteAll(path, data.substr(0, prefix));
+  Env* env = Env::Default();
+  auto part = env->Open(path, OpenMode::kReadWrite);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  auto w = download::PartWriter::Open(env, part->get(), path);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  Status s = FeedPart(**w, data, prefix, 1u << 30);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE((*part)->Close().ok());
+  ExpectSameBytes(test::ReadAll(path), data);
+}
+
+TEST(DownloadPartWriter, WithoutDirectIoEverythingGoesThroughThePart) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("x.part");
+  const std::string data = test::RandomBytes((1u << 20) + 12345, 43);
+  test::FaultEnv env;  // its files refuse SetDirect, like tmpfs or a FUSE mount
+  env.SetRule(path, test::FaultRule{});
+  auto part = env.Open(path, OpenMode::kReadWrite);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  auto w = download::PartWriter::Open(&env, part->get(), path);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_FALSE((*w)->direct());
+  Status s = FeedPart(**w, data, 0, 70000);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE((*part)->Close().ok());
+  ExpectSameBytes(test::ReadAll(path), data);
+  EXPECT_EQ(env.BytesWritten(path), data.size()) << "every byte written once, through the part";
+}
+
+TEST(DownloadPartWriter, WriteFailureNamesPartAndOffset) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("x.part");
+  test::FaultEnv env;
+  env.SetRule(path, test::FaultRule::EnospcAfter(1u << 20));
+  auto part = env.Open(path, OpenMode::kReadWrite);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  auto w = download::PartWriter::Open(&env, part->get(), path);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const std::string data = test::RandomBytes((2u << 20) + 5, 44);
+  Status s = FeedPart(**w, data, 0, 1u << 30);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Code::kIo);
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("offset " + std::to_string(1u << 20)), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("free disk space"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -335,6 +335,10 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
       LogWarn("bandwidth probe failed (the report will have no floor): " + b.status().ToString());
     }
   }
+  if (o.preload && !splan) {
+    return Status::Invalid("--preload needs a memory budget that holds every expert (e.g. "
+                           "--preset max or --budget-gb): without one experts load on first use");
+  }
   std::unique_ptr<CacheTraceWriter> trace;
   if (!o.cache_trace_dir.empty()) {
     if (!splan) {
@@ -356,6 +360,8 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     StreamingOptions sopt;
     sopt.verify_reads = o.verify_reads;
     sopt.walk_layers = layers;
+    sopt.preload_experts = o.preload;
+    sopt.progress = lines ? o.output.progress : ProgressMode::kNone;
     sopt.trace = trace.get();
     K3_ASSIGN_OR_RETURN(std::unique_ptr<StreamingWeights> sw,
                         StreamingWeights::Open(env, &prepared, *splan, sopt));
@@ -613,6 +619,9 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option("--dump-cache-trace", o->cache_trace_dir,
                   "write the expert routing trace to DIR/cache-trace.jsonl for scripts/cache-replay "
                   "(needs a memory budget)");
+  app->add_flag("--preload", o->preload,
+                "read every expert into the cache at start-up (needs a budget that holds them "
+                "all): everything resident");
   app->add_flag("--no-floor", o->no_floor,
                 "skip the start-up bandwidth probes (the report then has no floor)");
   app->add_option("--probe-seconds", o->probe_seconds,

@@ -6,7 +6,7 @@
 //         [--threads N] [--dump-logits PATH [--dump-logits-all]] [--out FILE]
 //         [--model-dir DIR] [--verify-reads] [--quiet] [--progress MODE]
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
-//         [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
+//         [--preload] [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, streaming_plan.h) and the plan refuses below its minimum (exit 2).
@@ -67,6 +67,7 @@ struct RunOptions {
   std::optional<std::string> cache_policy;              // --cache-policy (default s3fifo)
   std::string cache_trace_dir;    // --dump-cache-trace DIR
   bool no_floor = false;          // --no-floor: skip the bandwidth probes
+  bool preload = false;           // --preload: every expert read at start-up
   double probe_seconds = 0.15;    // --probe-seconds
   OutputOptions output;
 };

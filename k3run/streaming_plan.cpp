@@ -165,12 +165,24 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
     const uint64_t run = j < runs.size() ? RoundUp(runs[j].length, 4096) : 0;
     return plan.lm_head_held ? run : std::max(run, min_chunk_bytes);
   };
-  // Pin the largest runs while the pinned set plus a 2-slot ring for the rest still fits.
+  // Pin the largest runs while the pinned set plus a ring for the rest still fits: a ring of
+  // kRingSlots when the budget allows it (two readers keep the disk busy), else of 2 (the
+  // minimum). Read-ahead is worth more than the few pinned layers it costs.
+  constexpr uint64_t kRingSlots = 4;
   size_t k = 0;
-  uint64_t sum = 0;
-  for (size_t j = 0; j <= runs.size(); ++j) {
-    if (sum + 2 * slot_for(j) <= layer_budget) k = j;
-    if (j < runs.size()) sum += runs[j].length;
+  for (uint64_t ring : {kRingSlots, uint64_t{2}}) {
+    uint64_t sum = 0;
+    bool found = false;
+    for (size_t j = 0; j <= runs.size(); ++j) {
+      const uint64_t streamed = runs.size() - j + (plan.lm_head_held ? 0 : 1);
+      const uint64_t slots = std::min<uint64_t>(ring, std::max<uint64_t>(streamed, 2));
+      if (sum + slots * slot_for(j) <= layer_budget) {
+        k = j;
+        found = true;
+      }
+      if (j < runs.size()) sum += runs[j].length;
+    }
+    if (found) break;
   }
   for (size_t j = 0; j < k; ++j) {
     plan.pinned.push_back(runs[j].layer);

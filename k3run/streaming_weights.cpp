@@ -51,6 +51,8 @@ Status StreamingWeights::Init() {
   batch_ = std::make_unique<AsyncBatch>(&io_clock_, options_.force_pread);
   reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, options_.force_pread);
   // Pinned layers are read at start-up, never on first touch.
+  Progress pin_progress("pinned trunk layers", plan_.pinned_bytes,
+                        plan_.pinned.empty() ? ProgressMode::kNone : options_.progress);
   for (int layer : plan_.pinned) {
     K3_ASSIGN_OR_RETURN(const prep::TrunkRun* run, FindTrunkRun(*prepared_, layer));
     auto h = std::make_unique<Held>();
@@ -58,7 +60,9 @@ Status StreamingWeights::Init() {
     K3_RETURN_IF_ERROR(ReadRun(*run, h->run.data()));
     K3_RETURN_IF_ERROR(BindLayer(*prepared_, dims_, layer, *run, h->run.data(), &h->view));
     pinned_[static_cast<size_t>(layer)] = std::move(h);
+    pin_progress.Add(run->length);
   }
+  pin_progress.Finish();
   if (plan_.expert_slots > 0) {
     K3_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(uint64_t(plan_.expert_slots) *
                                                             plan_.expert_slot_bytes,
@@ -82,7 +86,43 @@ Status StreamingWeights::Init() {
     counters_.lm_head += lm_region_->length;
     K3_RETURN_IF_ERROR(kernels::ValidateMatrix(lm_head_matrix_, prep::kLmHeadName));
   }
+  if (options_.preload_experts) K3_RETURN_IF_ERROR(PreloadExperts());
   return StartRing();
+}
+
+// Every expert through the normal path (waves, batch reads, publication), layer by layer.
+Status StreamingWeights::PreloadExperts() {
+  const ModelConfig& c = prepared_->manifest.config;
+  const size_t records = prepared_->experts.records.size();
+  if (records == 0) return Status::Ok();
+  if (uint64_t(plan_.expert_slots) < records) {
+    return Status::Invalid("--preload: the expert cache holds " +
+                           std::to_string(plan_.expert_slots) + " of " + std::to_string(records) +
+                           " experts; preloading needs a budget that holds them all");
+  }
+  const int64_t wave = ExpertWaveSize();
+  uint64_t total = 0;
+  for (const prep::ExpertRecord& r : prepared_->experts.records) total += r.length;
+  Progress progress("preloading experts", total, options_.progress);
+  std::vector<int32_t> ids;
+  for (int layer = c.first_dense; layer < c.n_layers; ++layer) {
+    for (int32_t e0 = 0; e0 < c.n_experts; e0 += static_cast<int32_t>(wave)) {
+      ids.clear();
+      for (int32_t e = e0; e < std::min<int64_t>(c.n_experts, e0 + wave); ++e) ids.push_back(e);
+      const uint64_t before = counters_.experts;
+      WillUse(layer, ids);
+      ReleaseExperts(layer);
+      progress.Add(counters_.experts - before);
+    }
+  }
+  progress.Finish();
+  if (!failures_.empty()) {
+    return Status::Io("--preload: " + std::to_string(failures_.size()) +
+                      " expert(s) could not be read, first: layer " +
+                      std::to_string(failures_[0].layer) + " expert " +
+                      std::to_string(failures_[0].expert) + ": " + failures_[0].reason);
+  }
+  return Status::Ok();
 }
 
 // The walk: unpinned layers of a forward pass in order, then lm_head's chunks when it is not held.

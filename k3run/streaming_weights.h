@@ -31,6 +31,7 @@
 
 #include "common/aligned_buffer.h"
 #include "common/direct_reader.h"
+#include "common/progress.h"
 #include "k3run/async_batch.h"
 #include "k3run/cache_trace.h"
 #include "k3run/expert_cache.h"
@@ -47,6 +48,11 @@ struct StreamingOptions {
   bool force_pread = false;  // BatchReader without io_uring
   // Layers a forward pass walks (k3run --layers N); 0 = all. The ring reads ahead in this walk.
   int walk_layers = 0;
+  // Read every routed expert into the cache at start-up (k3run --preload); requires a cache
+  // that holds them all, so that "everything resident" means resident.
+  bool preload_experts = false;
+  // How start-up loading (pinned layers, --preload) is shown.
+  ProgressMode progress = ProgressMode::kNone;
   // Records every wave (k3run --dump-cache-trace); not owned, may be null.
   CacheTraceWriter* trace = nullptr;
 };
@@ -103,6 +109,7 @@ class StreamingWeights final : public WeightSource {
                    const StreamingOptions& options);
   Status Init();
   Status StartRing();
+  Status PreloadExperts();
   Status ReadRun(const prep::TrunkRun& run, uint8_t* dst);
   Result<File*> ExpertFile(uint32_t file_id);
   void LoadExperts(int layer, const std::vector<int32_t>& missing);

@@ -35,10 +35,15 @@ Result<std::unique_ptr<TrunkRing>> TrunkRing::Start(std::vector<RingItem> walk, 
   for (Slot& s : r->slots_) {
     K3_ASSIGN_OR_RETURN(s.buf, AlignedBuffer::Allocate(slot_bytes, 4096));
   }
-  // QD ≥ 4: a run is cut into pieces (direct_reader.cpp) that are in flight together.
-  r->reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, force_pread, 4096,
-                                   RingPieceBytes(slot_bytes));
-  r->thread_ = std::thread([p = r.get()] { p->ReaderLoop(); });
+  // QD 16 per reader: an item is cut into pieces (direct_reader.cpp) that are in flight together.
+  const int readers = slots >= 3 ? 2 : 1;
+  for (int i = 0; i < readers; ++i) {
+    r->readers_.push_back(BatchReader::Create(BatchReader::kDefaultQueueDepth, force_pread, 4096,
+                                              RingPieceBytes(slot_bytes)));
+  }
+  for (int i = 0; i < readers; ++i) {
+    r->threads_.emplace_back([p = r.get(), i] { p->ReaderLoop(p->readers_[size_t(i)].get()); });
+  }
   return r;
 }
 
@@ -48,7 +53,7 @@ TrunkRing::~TrunkRing() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 TrunkRing::Slot* TrunkRing::SlotForSeq(uint64_t seq) {
@@ -65,7 +70,7 @@ TrunkRing::Slot* TrunkRing::FreeSlot() {
   return nullptr;
 }
 
-void TrunkRing::ReaderLoop() {
+void TrunkRing::ReaderLoop(BatchReader* reader) {
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t reach = slots_.size();
   while (true) {
@@ -85,7 +90,7 @@ void TrunkRing::ReaderLoop() {
     Status st;
     {
       if (clock_ != nullptr) clock_->Begin();
-      st = reader_->ReadAll(std::span<ReadRequest>(&req, 1));
+      st = reader->ReadAll(std::span<ReadRequest>(&req, 1));
       if (clock_ != nullptr) clock_->End();
     }
     lk.lock();

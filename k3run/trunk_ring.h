@@ -5,12 +5,14 @@
 // unpinned trunk runs in layer order, then (when lm_head is not held) lm_head's chunks. Item
 // number s of the whole run (its sequence number) is walk[s mod W]. The reader loads sequence
 // numbers in increasing order into free slots; the engine acquires them in the same order and
-// releases each when the layer (or chunk) is done.
+// releases each when the layer (or chunk) is done. With R ≥ 3 slots two reader threads load
+// consecutive items at once (one item's pieces alone do not keep a disk busy); items may then
+// complete out of order, and each Acquire waits for its own.
 //
 // Invariants:
 //  (1) a slot is refilled only after the engine released it (kConsumed) or it never held
-//      anything the engine still expects: the reader never evicts an item the walk needs within
-//      the ring's reach, so with R slots it runs at most R items ahead;
+//      anything the engine still expects: the readers never evict an item the walk needs within
+//      the ring's reach, so with R slots they run at most R items ahead;
 //  (2) a slot's bytes are visible to the engine only after the read completed without error
 //      (kReady, published under the mutex);
 //  (3) an acquire that is not the next item of the walk (an aborted forward pass, a caller that
@@ -82,14 +84,14 @@ class TrunkRing {
   };
 
   TrunkRing(std::vector<RingItem> walk, IoClock* clock);
-  void ReaderLoop();
+  std::vector<std::unique_ptr<BatchReader>> readers_;
+  void ReaderLoop(BatchReader* reader);
   Slot* SlotForSeq(uint64_t seq);
   Slot* FreeSlot();
   void ResyncLocked(size_t pos, std::unique_lock<std::mutex>& lk);
 
   std::vector<RingItem> walk_;
   IoClock* clock_;
-  std::unique_ptr<BatchReader> reader_;
   std::vector<Slot> slots_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -97,7 +99,7 @@ class TrunkRing {
   uint64_t expected_ = 0;  // next sequence number the engine acquires
   uint64_t loads_ = 0, resyncs_ = 0;
   bool stop_ = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace k3::run

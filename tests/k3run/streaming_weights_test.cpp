@@ -150,7 +150,7 @@ TEST_P(StreamingTiny, LogitsAndIdsBitIdenticalToRamWeights) {
   }
   if (k.level == "mid") {  // a mix: some layers pinned, the rest through the ring
     EXPECT_FALSE(got.plan.pinned.empty());
-    EXPECT_EQ(got.plan.ring_slots, 2);
+    EXPECT_GE(got.plan.ring_slots, 2);
   }
   if (k.level == "resident") {
     EXPECT_EQ(got.plan.ring_slots, 0);

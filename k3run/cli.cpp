@@ -322,6 +322,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   if (!o.no_floor) {
     ProbeOptions po;
     po.seconds_per_probe = o.probe_seconds;
+    po.max_buffer_bytes = plan.total();
     if (splan) {
       po.expert_queue_depth = std::max(1, std::min(c.topk, splan->expert_slots - 1));
       po.trunk_request_bytes = splan->ring_slot_bytes;
@@ -341,6 +342,10 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   }
   std::unique_ptr<CacheTraceWriter> trace;
   if (!o.cache_trace_dir.empty()) {
+    if (o.chat) {
+      return Status::Invalid("--dump-cache-trace is not supported with --chat: trace a prompt "
+                             "(--prompt, --prompt-file or --ids) instead");
+    }
     if (!splan) {
       return Status::Invalid("--dump-cache-trace needs a memory budget (--budget-gb, --preset, "
                              "--trunk-gb or --cache-gb): without one there is no expert cache");

@@ -309,8 +309,13 @@ Status ProbeCombined(Env* env, const prep::PreparedDir& p, const ProbeOptions& o
 // ---- memory: a streaming read far beyond the caches ----------------------------------------
 
 Status ProbeMemory(const ProbeOptions& o, int threads, Bandwidths* b) {
-  constexpr uint64_t kBytes = uint64_t{64} << 20;
-  constexpr int64_t n = static_cast<int64_t>(kBytes / 8);
+  // 64 MiB is far beyond any cache; a plan smaller than that caps it (whole MiB, at least one)
+  // so that the probe never sets the run's peak RSS.
+  uint64_t kBytes = uint64_t{64} << 20;
+  if (o.max_buffer_bytes > 0) {
+    kBytes = std::max<uint64_t>(std::min(kBytes, o.max_buffer_bytes) >> 20 << 20, 1 << 20);
+  }
+  const int64_t n = static_cast<int64_t>(kBytes / 8);
   double seconds = 0;
   int passes = 0;
   {

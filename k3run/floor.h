@@ -49,6 +49,8 @@ struct ProbeOptions {
                                     // largest trunk run. Capped at 64 MiB and at the largest run
   bool force_pread = false;
   int threads = 0;                  // memory/compute probes; 0 = kernels::Threads(); ≥ 0
+  uint64_t max_buffer_bytes = 0;    // caps the memory probe's buffer (the run's memory plan, so
+                                    // the probe never sets the peak RSS); 0: 64 MiB
 };
 
 // The cap on a trunk request: larger requests gain nothing (the reader cuts them into 4 MiB

@@ -9,6 +9,11 @@
 #include "formats/prepared_layout.h"
 
 namespace k3::run {
+namespace {
+// Buffers at least this large use huge pages (AllocateHuge rounds up to 2 MiB, so small plans
+// would grow).
+constexpr uint64_t kHugeBufferBytes = uint64_t{32} << 20;
+}  // namespace
 
 struct StreamingWeights::Held {
   AlignedBuffer run;
@@ -64,9 +69,11 @@ Status StreamingWeights::Init() {
   }
   pin_progress.Finish();
   if (plan_.expert_slots > 0) {
-    K3_ASSIGN_OR_RETURN(arena_, AlignedBuffer::Allocate(uint64_t(plan_.expert_slots) *
-                                                            plan_.expert_slot_bytes,
-                                                        4096));
+    // Huge pages for a large arena: each first touch of a slot otherwise faults in (and zeroes)
+    // 4 KiB pages one by one, and O_DIRECT pins every page of every read.
+    const uint64_t arena = uint64_t(plan_.expert_slots) * plan_.expert_slot_bytes;
+    K3_ASSIGN_OR_RETURN(arena_, arena >= kHugeBufferBytes ? AlignedBuffer::AllocateHuge(arena)
+                                                          : AlignedBuffer::Allocate(arena, 4096));
   }
   slot_views_.resize(static_cast<size_t>(plan_.expert_slots));
   K3_ASSIGN_OR_RETURN(lm_region_, LmHeadRegion(*prepared_, dims_));

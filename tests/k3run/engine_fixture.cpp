@@ -10,14 +10,15 @@
 namespace k3::run::testing {
 namespace {
 
-struct TinyDirs {
+// A synth preset and its prepared directory (copy mode), made once per process.
+struct PresetDirs {
   test::TempDir root;
   std::string checkpoint, prepared;
-  TinyDirs() {
+  explicit PresetDirs(const char* preset) {
     checkpoint = root.Join("ck");
     prepared = root.Join("prep");
     synth::SynthOptions s;
-    s.preset = "tiny";
+    s.preset = preset;
     s.out = checkpoint;
     Result<synth::SynthResult> sr = synth::RunSynth(Env::Default(), s);
     if (!sr.ok()) ADD_FAILURE() << "synth: " << sr.status().ToString();
@@ -31,8 +32,8 @@ struct TinyDirs {
   }
 };
 
-TinyDirs& Dirs() {
-  static TinyDirs dirs;
+PresetDirs& Dirs() {
+  static PresetDirs dirs("tiny");
   return dirs;
 }
 
@@ -40,6 +41,10 @@ TinyDirs& Dirs() {
 
 const std::string& TinyCheckpointDir() { return Dirs().checkpoint; }
 const std::string& TinyPreparedDir() { return Dirs().prepared; }
+const std::string& SmallPreparedDir() {
+  static PresetDirs dirs("small");
+  return dirs.prepared;
+}
 
 std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsOptions options) {
   auto e = std::make_unique<Engine>();

@@ -18,6 +18,9 @@ namespace k3::run::testing {
 // The tiny checkpoint (made once per process) and its prepared directory (copy mode).
 const std::string& TinyCheckpointDir();
 const std::string& TinyPreparedDir();
+// The small preset (93 layers, 64 experts top-8, vocab 4352) packed in copy mode, made once per
+// process.
+const std::string& SmallPreparedDir();
 
 // An opened prepared directory plus its RamWeights.
 struct Engine {

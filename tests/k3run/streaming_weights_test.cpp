@@ -177,32 +177,8 @@ INSTANTIATE_TEST_SUITE_P(Budgets, StreamingTiny, ::testing::ValuesIn(Cases()),
 
 // --- the small preset (93 layers, 64 experts top-8), once, at the minimum -------------------
 
-const std::string& SmallPreparedDir() {
-  struct Dirs {
-    test::TempDir root;
-    std::string prepared;
-    Dirs() {
-      prepared = root.Join("prep");
-      synth::SynthOptions s;
-      s.preset = "small";
-      s.out = root.Join("ck");
-      Result<synth::SynthResult> sr = synth::RunSynth(Env::Default(), s);
-      if (!sr.ok()) ADD_FAILURE() << "synth: " << sr.status().ToString();
-      prep::PackOptions p;
-      p.model_dir = s.out;
-      p.out = prepared;
-      p.experts = prep::ExpertsMode::kCopy;
-      p.jobs = 1;
-      Result<prep::PackResult> pr = prep::RunPack(Env::Default(), p);
-      if (!pr.ok()) ADD_FAILURE() << "pack: " << pr.status().ToString();
-    }
-  };
-  static Dirs dirs;
-  return dirs.prepared;
-}
-
 TEST(StreamingSmall, MinimumBudgetBitIdenticalToRamWeights) {
-  const std::string& dir = SmallPreparedDir();
+  const std::string& dir = testing::SmallPreparedDir();
   const Output want = Reference(dir, 2);
   ASSERT_FALSE(want.ids.empty());
   const Output got = Streamed(dir, Budget(dir, "minimum", CachePolicy::kS3Fifo), 2);

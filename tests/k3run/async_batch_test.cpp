@@ -1,0 +1,232 @@
+// AsyncBatch (k3run/async_batch.h): Submit/Wait hands back every request with its own status, a
+// failing request does not stop the others, batches can follow one another, and the destructor
+// waits for a batch in flight (it writes into caller memory).
+#include "k3run/async_batch.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/fault_env.h"
+#include "tests/support/temp_dir.h"
+
+namespace k3::run {
+namespace {
+
+std::string Pattern(size_t n, int salt) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 29 + size_t(salt) * 101 + 3) & 0xFF);
+  return s;
+}
+
+// An in-memory file with a hook run before every read (from the batch thread).
+class MemFile : public File {
+ public:
+  MemFile(std::string path, std::string data) : data_(std::move(data)) { path_ = std::move(path); }
+  Status PRead(uint64_t offset, size_t n, void* dst, size_t* got) override {
+    *got = 0;
+    if (on_read) K3_RETURN_IF_ERROR(on_read(offset, n));
+    if (offset >= data_.size()) return Status::Ok();
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, data_.size() - offset));
+    std::memcpy(dst, data_.data() + offset, k);
+    *got = k;
+    return Status::Ok();
+  }
+  Status PWrite(uint64_t, const void*, size_t, size_t*) override {
+    return Status::Invalid(path_ + ": read-only test file");
+  }
+  Result<uint64_t> Size() override { return uint64_t{data_.size()}; }
+  Status Truncate(uint64_t) override { return Status::Invalid(path_ + ": read-only test file"); }
+  Status Sync() override { return Status::Ok(); }
+  const std::string& data() const { return data_; }
+  std::function<Status(uint64_t offset, size_t n)> on_read;
+
+ private:
+  std::string data_;
+};
+
+ReadRequest Req(File* f, uint64_t offset, uint64_t length, std::string* dst) {
+  dst->assign(length, '\0');
+  ReadRequest r;
+  r.file = f;
+  r.offset = offset;
+  r.length = length;
+  r.dst = dst->data();
+  return r;
+}
+
+class AsyncBatchTest : public ::testing::TestWithParam<bool> {};  // force_pread
+
+TEST_P(AsyncBatchTest, WaitReturnsEveryRequestWithItsOwnStatus) {
+  MemFile a("/mem/a.bin", Pattern(50000, 1)), b("/mem/b.bin", Pattern(9000, 2));
+  AsyncBatch batch(nullptr, GetParam());
+  EXPECT_FALSE(batch.pending());
+  std::string d0, d1, d2;
+  std::vector<ReadRequest> reqs = {Req(&a, 100, 4096, &d0), Req(&b, 7, 1234, &d1),
+                                   Req(&a, 40000, 10000, &d2)};
+  batch.Submit(std::move(reqs));
+  EXPECT_TRUE(batch.pending());
+  double waited = 0;
+  std::vector<ReadRequest> done = batch.Wait(&waited);
+  EXPECT_FALSE(batch.pending());
+  EXPECT_GE(waited, 0.0);
+  ASSERT_EQ(done.size(), 3u) << "every request comes back, in submission order";
+  EXPECT_EQ(done[0].file, &a);
+  EXPECT_EQ(done[1].file, &b);
+  EXPECT_EQ(done[2].offset, 40000u);
+  for (const ReadRequest& r : done) EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(d0, a.data().substr(100, 4096));
+  EXPECT_EQ(d1, b.data().substr(7, 1234));
+  EXPECT_EQ(d2, a.data().substr(40000, 10000));
+}
+
+// One request hits EIO and one runs past the end of its file: both fail with a status naming
+// the file and offset; the requests around them still arrive intact.
+TEST_P(AsyncBatchTest, FailingRequestsDoNotStopTheOthers) {
+  test::TempDir dir;
+  const std::string data = Pattern(30000, 3);
+  const std::string path = dir.WriteFile("experts.bin", data);
+  test::FaultEnv env;
+  env.SetRule(path, test::FaultRule::EioAt(10000 + 5));
+  Result<std::unique_ptr<File>> f = env.Open(path, OpenMode::kRead);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  AsyncBatch batch(nullptr, GetParam());
+  std::string d0, d1, d2, d3;
+  batch.Submit({Req(f->get(), 0, 5000, &d0), Req(f->get(), 10000, 5000, &d1),
+                Req(f->get(), 20000, 5000, &d2), Req(f->get(), 28000, 5000, &d3)});
+  std::vector<ReadRequest> done = batch.Wait(nullptr);
+  ASSERT_EQ(done.size(), 4u);
+  EXPECT_TRUE(done[0].status.ok()) << done[0].status.ToString();
+  EXPECT_TRUE(done[2].status.ok()) << done[2].status.ToString();
+  EXPECT_EQ(d0, data.substr(0, 5000));
+  EXPECT_EQ(d2, data.substr(20000, 5000));
+  ASSERT_FALSE(done[1].status.ok()) << "the EIO request must fail";
+  EXPECT_EQ(done[1].status.code(), Code::kIo);
+  EXPECT_NE(done[1].status.message().find(path), std::string::npos) << done[1].status.message();
+  EXPECT_NE(done[1].status.message().find("byte offset 10005"), std::string::npos)
+      << done[1].status.message();
+  ASSERT_FALSE(done[3].status.ok()) << "a request past the end of the file must fail";
+  EXPECT_NE(done[3].status.message().find("premature end of file at byte offset 30000"),
+            std::string::npos)
+      << done[3].status.message();
+}
+
+// A request without a destination is refused on its own; the batch still reads the rest.
+TEST_P(AsyncBatchTest, MalformedRequestFailsAlone) {
+  MemFile a("/mem/a.bin", Pattern(8192, 4));
+  AsyncBatch batch(nullptr, GetParam());
+  std::string d0, d2;
+  ReadRequest bad;
+  bad.file = &a;
+  bad.offset = 0;
+  bad.length = 16;
+  batch.Submit({Req(&a, 0, 100, &d0), bad, Req(&a, 5000, 100, &d2)});
+  std::vector<ReadRequest> done = batch.Wait(nullptr);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_TRUE(done[0].status.ok());
+  EXPECT_EQ(done[1].status.code(), Code::kInvalid) << done[1].status.ToString();
+  EXPECT_TRUE(done[2].status.ok());
+  EXPECT_EQ(d2, a.data().substr(5000, 100));
+}
+
+// Batches follow one another; an empty batch is a batch too (Wait returns it at once).
+TEST_P(AsyncBatchTest, SuccessiveBatchesAndEmptyBatch) {
+  MemFile a("/mem/a.bin", Pattern(20000, 5));
+  AsyncBatch batch(nullptr, GetParam());
+  for (int i = 0; i < 5; ++i) {
+    std::string d;
+    batch.Submit({Req(&a, uint64_t(i) * 1000, 3000, &d)});
+    std::vector<ReadRequest> done = batch.Wait(nullptr);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_TRUE(done[0].status.ok()) << done[0].status.ToString();
+    EXPECT_EQ(d, a.data().substr(uint64_t(i) * 1000, 3000)) << "batch " << i;
+  }
+  batch.Submit({});
+  EXPECT_TRUE(batch.pending());
+  EXPECT_TRUE(batch.Wait(nullptr).empty());
+  EXPECT_FALSE(batch.pending());
+}
+
+// The I/O clock is busy while a batch reads (the report's I/O share comes from it).
+TEST_P(AsyncBatchTest, ClockCountsTheBatch) {
+  MemFile a("/mem/a.bin", Pattern(4096, 6));
+  a.on_read = [](uint64_t, size_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return Status::Ok();
+  };
+  IoClock clock;
+  AsyncBatch batch(&clock, GetParam());
+  std::string d;
+  batch.Submit({Req(&a, 0, 4096, &d)});
+  (void)batch.Wait(nullptr);
+  EXPECT_GT(clock.BusySeconds(), 0.0);
+}
+
+// Destroyed with a batch pending (never collected by Wait): the destructor lets the batch finish
+// writing into the caller's buffer before it returns, whether or not the batch thread had picked
+// it up yet.
+TEST_P(AsyncBatchTest, DestructorWaitsForPendingBatch) {
+  MemFile a("/mem/a.bin", Pattern(20000, 7));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, open = false;
+  std::atomic<int> reads_done{0};
+  a.on_read = [&](uint64_t, size_t) {
+    std::unique_lock<std::mutex> lk(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return open; });
+    ++reads_done;
+    return Status::Ok();
+  };
+  std::string d;
+  std::thread opener;
+  {
+    AsyncBatch batch(nullptr, GetParam());
+    batch.Submit({Req(&a, 1000, 8000, &d)});
+    opener = std::thread([&] {
+      std::unique_lock<std::mutex> lk(mu);
+      cv.wait_for(lk, std::chrono::seconds(10), [&] { return entered; });
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      lk.lock();
+      open = true;
+      cv.notify_all();
+    });
+  }  // ~AsyncBatch blocks here until the opener lets the read finish
+  opener.join();
+  EXPECT_GE(reads_done.load(), 1);
+  EXPECT_EQ(d, a.data().substr(1000, 8000)) << "the destructor returned before the batch finished";
+}
+
+// Submit then destroy at once, many times: a batch the thread had not yet picked up is still
+// read (the destructor waits for it rather than stopping first).
+TEST_P(AsyncBatchTest, DestructorRightAfterSubmitStillReads) {
+  MemFile a("/mem/a.bin", Pattern(4096, 8));
+  for (int i = 0; i < 50; ++i) {
+    std::string d;
+    {
+      AsyncBatch batch(nullptr, GetParam());
+      batch.Submit({Req(&a, 0, 4096, &d)});
+    }
+    ASSERT_EQ(d, a.data()) << "iteration " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, AsyncBatchTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "pread_pool" : "default";
+                         });
+
+}  // namespace
+}  // namespace k3::run

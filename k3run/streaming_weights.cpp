@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "formats/prepared_layout.h"
+#include "k3run/kernels/matmul.h"
+#include "k3run/kernels/thread_pool.h"
 
 namespace k3::run {
 namespace {
@@ -74,6 +77,15 @@ Status StreamingWeights::Init() {
     const uint64_t arena = uint64_t(plan_.expert_slots) * plan_.expert_slot_bytes;
     K3_ASSIGN_OR_RETURN(arena_, arena >= kHugeBufferBytes ? AlignedBuffer::AllocateHuge(arena)
                                                           : AlignedBuffer::Allocate(arena, 4096));
+    // Touched now, not slot by slot during generation: a slot's first use would otherwise pay
+    // the kernel's page zeroing inside a token (measured: 0.317 s/token at a 4 GB budget with
+    // 15 % hits against 0.275 s at 1.5 GB with none). The plan already counts these bytes.
+    uint8_t* base = arena_.data();
+    const int64_t chunks = int64_t((arena + (uint64_t{64} << 20) - 1) >> 26);
+    kernels::ParallelChunks(kernels::Threads(), chunks, [&](int64_t ch) {
+      const uint64_t b = uint64_t(ch) << 26, e = std::min<uint64_t>(arena, b + (uint64_t{64} << 20));
+      std::memset(base + b, 0, e - b);
+    });
   }
   slot_views_.resize(static_cast<size_t>(plan_.expert_slots));
   K3_ASSIGN_OR_RETURN(lm_region_, LmHeadRegion(*prepared_, dims_));

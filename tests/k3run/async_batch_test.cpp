@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/support/fault_env.h"
+#include "tests/support/mem_file.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::run {
@@ -29,31 +30,7 @@ std::string Pattern(size_t n, int salt) {
   return s;
 }
 
-// An in-memory file with a hook run before every read (from the batch thread).
-class MemFile : public File {
- public:
-  MemFile(std::string path, std::string data) : data_(std::move(data)) { path_ = std::move(path); }
-  Status PRead(uint64_t offset, size_t n, void* dst, size_t* got) override {
-    *got = 0;
-    if (on_read) K3_RETURN_IF_ERROR(on_read(offset, n));
-    if (offset >= data_.size()) return Status::Ok();
-    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, data_.size() - offset));
-    std::memcpy(dst, data_.data() + offset, k);
-    *got = k;
-    return Status::Ok();
-  }
-  Status PWrite(uint64_t, const void*, size_t, size_t*) override {
-    return Status::Invalid(path_ + ": read-only test file");
-  }
-  Result<uint64_t> Size() override { return uint64_t{data_.size()}; }
-  Status Truncate(uint64_t) override { return Status::Invalid(path_ + ": read-only test file"); }
-  Status Sync() override { return Status::Ok(); }
-  const std::string& data() const { return data_; }
-  std::function<Status(uint64_t offset, size_t n)> on_read;
-
- private:
-  std::string data_;
-};
+using test::MemFile;
 
 ReadRequest Req(File* f, uint64_t offset, uint64_t length, std::string* dst) {
   dst->assign(length, '\0');

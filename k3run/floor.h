@@ -20,7 +20,7 @@
 //            model with fewer records than that cycles through them again).
 //   trunk:   runs largest first, wrapping, each read front to back in requests of the ring's
 //            size (QD 16, like the ring's reader) into one buffer; a small untimed warm-up read.
-//   memory:  XOR-reduce of a 64 MiB buffer (far beyond the caches), all threads.
+//   memory:  XOR-reduce of a 1 GiB buffer (beyond the caches; capped by the plan), all threads.
 //   kernel:  bf16 MatMul (T = 1) on 128 rows × 1024 columns per thread (each thread's 256 KiB
 //            share stays in its own L2), so the figure is the kernel's peak, not memory's.
 // Every timed probe runs at least twice its unit (batch, request, pass, call).
@@ -50,7 +50,7 @@ struct ProbeOptions {
   bool force_pread = false;
   int threads = 0;                  // memory/compute probes; 0 = kernels::Threads(); ≥ 0
   uint64_t max_buffer_bytes = 0;    // caps the memory probe's buffer (the run's memory plan, so
-                                    // the probe never sets the peak RSS); 0: 64 MiB
+                                    // the probe never sets the peak RSS); 0: 1 GiB
 };
 
 // The cap on a trunk request: larger requests gain nothing (the reader cuts them into 4 MiB

@@ -1,4 +1,4 @@
-// Router logits: the scalar body and the dispatcher (see router_dot.h).
+// Router logits over row groups and threads (see router_dot.h).
 #include "k3run/kernels/router_dot.h"
 
 #include <algorithm>
@@ -6,7 +6,6 @@
 #include "k3run/kernels/thread_pool.h"
 
 namespace k3::kernels {
-namespace internal {
 namespace {
 
 // Eight rows interleaved: independent accumulators hide the add latency; each row still sees
@@ -35,9 +34,7 @@ void Rows(const Elem* w, int64_t cols, const float* x, int64_t r0, int64_t r1, d
   }
 }
 
-}  // namespace
-
-void RouterRowsScalar(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
+void RouterRows(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
   if (w.type == WeightType::kBF16) {
     Rows(static_cast<const uint16_t*>(w.data), w.cols, x, r0, r1, out,
          [](uint16_t v) { return Bf16ToF32(v); });
@@ -46,16 +43,14 @@ void RouterRowsScalar(const Matrix& w, const float* x, double* out, int64_t r0, 
   }
 }
 
-}  // namespace internal
+}  // namespace
 
 void RouterLogits(const Matrix& w, const float* x, double* out) {
-  const auto rows_fn =
-      ActiveIsa() == Isa::kAvx512 ? internal::RouterRowsAvx512 : internal::RouterRowsScalar;
-  constexpr int64_t kRowsPerChunk = 64;  // a multiple of the AVX-512 body's 8 rows
+  constexpr int64_t kRowsPerChunk = 64;
   const int64_t chunks = (w.rows + kRowsPerChunk - 1) / kRowsPerChunk;
   ParallelChunks(Threads(), chunks, [&](int64_t c) {
     const int64_t r0 = c * kRowsPerChunk, r1 = std::min(w.rows, r0 + kRowsPerChunk);
-    rows_fn(w, x, out, r0, r1);
+    RouterRows(w, x, out, r0, r1);
   });
 }
 

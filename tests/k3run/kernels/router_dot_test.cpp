@@ -1,6 +1,6 @@
-// RouterLogits: every ISA path and thread count gives the bits of a plain double loop in
-// ascending index order (MODEL.md §3.6), for BF16 and F32 gates, on shapes that exercise the
-// 8-row blocks, the 8-column tiles and both remainders.
+// RouterLogits: every thread count (under every ISA setting) gives the bits of a plain double
+// loop in ascending index order (MODEL.md §3.6), for BF16 and F32 gates, on shapes that exercise
+// the 8-row groups, the 64-row thread chunks and their remainders.
 #include "k3run/kernels/router_dot.h"
 
 #include <gtest/gtest.h>

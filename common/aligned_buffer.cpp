@@ -32,4 +32,8 @@ Result<AlignedBuffer> AlignedBuffer::AllocateHuge(size_t size) {
   return buf;
 }
 
+Result<AlignedBuffer> AlignedBuffer::AllocateLarge(size_t size) {
+  return size >= kLargeBytes ? AllocateHuge(size) : Allocate(size, 4096);
+}
+
 }  // namespace k3

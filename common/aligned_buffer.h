@@ -35,6 +35,11 @@ class AlignedBuffer {
   // transparent huge pages (a hint the kernel may ignore). Direct I/O pins the buffer's pages on
   // every request; with 4 KiB pages that pinning and the TLB misses cost measurable CPU.
   static Result<AlignedBuffer> AllocateHuge(size_t size);
+  // For buffers whose exact size is accounted (memory plans): AllocateHuge from kLargeBytes up,
+  // where the 2 MiB rounding adds at most 2 MiB to a buffer of ≥ 8 MiB, and plain 4 KiB-aligned
+  // Allocate below it, where that rounding could more than double a small plan.
+  static constexpr size_t kLargeBytes = size_t{8} << 20;
+  static Result<AlignedBuffer> AllocateLarge(size_t size);
 
   uint8_t* data() { return static_cast<uint8_t*>(data_); }
   const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }

@@ -60,7 +60,8 @@ class ExpertProbe {
   ExpertProbe(Env* env, const prep::PreparedDir& p, const ProbeOptions& o)
       : env_(env), p_(p), o_(o), files_(p.expert_paths.size()) {}
 
-  // Opens nothing yet; allocates the batch buffer and the shuffled order. False: no experts.
+  // Allocates the batch buffer and the shuffled order and reads one untimed warm-up batch
+  // (opening the files it needs). False: the checkpoint has no experts.
   Result<bool> Prepare() {
     const std::vector<prep::ExpertRecord>& recs = p_.experts.records;
     if (recs.empty()) return false;
@@ -93,7 +94,6 @@ class ExpertProbe {
     K3_ASSIGN_OR_RETURN(bool any, Prepare());
     if (!any) return Status::Ok();
     const std::vector<prep::ExpertRecord>& recs = p_.experts.records;
-    const uint64_t max_len = max_len_;
     size_t consumed = qd_;
     uint64_t bytes = 0;
     int batches = 0;
@@ -105,7 +105,7 @@ class ExpertProbe {
       if (batches >= 2 && (consumed >= recs.size() || Since(t0) >= o_.seconds_per_probe)) break;
     }
     b->expert_bytes_per_s = Rate(static_cast<double>(bytes), Since(t0));
-    b->expert_request_bytes = max_len;
+    b->expert_request_bytes = max_len_;
     b->expert_queue_depth = static_cast<int>(qd_);
     b->backend = std::string(reader_->backend());
     return Status::Ok();
@@ -113,29 +113,7 @@ class ExpertProbe {
 
   // The next qd_ records of the order (wrapping), sorted by (file, offset) as the engine
   // submits a wave, read in one ReadAll; adds their bytes to *bytes.
-  Status Batch(uint64_t* bytes);
-
- private:
-  std::string Which(size_t index) const {
-    const uint64_t n = std::max<uint32_t>(p_.experts.n_experts, 1);
-    return "layer " + std::to_string(p_.experts.first_moe_layer + index / n) + " expert " +
-           std::to_string(index % n);
-  }
-
-  Result<File*> FileFor(uint32_t file_id) {
-    std::unique_ptr<File>& f = files_[file_id];
-    if (!f) {
-      const std::string& path = p_.expert_paths[file_id];
-      Result<std::unique_ptr<File>> r = env_->Open(path, OpenMode::kReadDirect);
-      if (!r.ok()) {
-        return Status(r.status().WithContext("bandwidth probe: opening expert file " + path));
-      }
-      f = std::move(r).value();
-    }
-    return f.get();
-  }
-
-  Status BatchImpl(uint64_t* bytes) {
+  Status Batch(uint64_t* bytes) {
     const std::vector<prep::ExpertRecord>& recs = p_.experts.records;
     std::vector<size_t> pick(qd_);
     for (size_t& i : pick) i = order_[next_++ % order_.size()];
@@ -167,6 +145,26 @@ class ExpertProbe {
     return Status::Io("bandwidth probe: an expert batch failed without a failing request");
   }
 
+ private:
+  std::string Which(size_t index) const {
+    const uint64_t n = std::max<uint32_t>(p_.experts.n_experts, 1);
+    return "layer " + std::to_string(p_.experts.first_moe_layer + index / n) + " expert " +
+           std::to_string(index % n);
+  }
+
+  Result<File*> FileFor(uint32_t file_id) {
+    std::unique_ptr<File>& f = files_[file_id];
+    if (!f) {
+      const std::string& path = p_.expert_paths[file_id];
+      Result<std::unique_ptr<File>> r = env_->Open(path, OpenMode::kReadDirect);
+      if (!r.ok()) {
+        return Status(r.status().WithContext("bandwidth probe: opening expert file " + path));
+      }
+      f = std::move(r).value();
+    }
+    return f.get();
+  }
+
   Env* env_;
   const prep::PreparedDir& p_;
   const ProbeOptions& o_;
@@ -179,8 +177,6 @@ class ExpertProbe {
   AlignedBuffer buf_;
   std::unique_ptr<BatchReader> reader_;
 };
-
-Status ExpertProbe::Batch(uint64_t* bytes) { return BatchImpl(bytes); }
 
 // ---- trunk: ring-sized sequential reads ----------------------------------------------------
 

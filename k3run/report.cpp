@@ -18,32 +18,34 @@ json BytesJson(const ReadCounters& c) {
               {"lm_head", c.lm_head}, {"head", c.head},       {"total", c.total()}};
 }
 
-ReadCounters Sum(const std::vector<StepRecord>& steps) {
-  ReadCounters t;
-  for (const StepRecord& s : steps) {
-    t.trunk += s.bytes.trunk;
-    t.experts += s.bytes.experts;
-    t.embedding += s.bytes.embedding;
-    t.lm_head += s.bytes.lm_head;
-    t.head += s.bytes.head;
+// What a set of steps adds up to.
+struct Totals {
+  ReadCounters bytes;
+  SourceCounters source;
+  double seconds = 0;
+  size_t steps = 0;
+  void Add(const StepRecord& s) {
+    bytes += s.bytes;
+    source += s.source;
+    seconds += s.seconds;
+    ++steps;
   }
+};
+
+Totals AllSteps(const std::vector<StepRecord>& steps) {
+  Totals t;
+  for (const StepRecord& s : steps) t.Add(s);
   return t;
 }
 
-double Seconds(const std::vector<StepRecord>& steps) {
-  double s = 0;
-  for (const StepRecord& r : steps) s += r.seconds;
-  return s;
-}
-
 // The steps that measure "a token": decode steps (index ≥ 1), or the only step there is.
-std::vector<const StepRecord*> DecodeSteps(const std::vector<StepRecord>& steps) {
-  std::vector<const StepRecord*> out;
+Totals DecodeSteps(const std::vector<StepRecord>& steps) {
+  Totals t;
   for (const StepRecord& s : steps) {
-    if (s.index >= 1) out.push_back(&s);
+    if (s.index >= 1) t.Add(s);
   }
-  if (out.empty() && !steps.empty()) out.push_back(&steps.front());
-  return out;
+  if (t.steps == 0 && !steps.empty()) t.Add(steps.front());
+  return t;
 }
 
 json NullableRate(uint64_t num, uint64_t den) {
@@ -69,42 +71,31 @@ json PlanJson(const StreamingPlan& p) {
 
 }  // namespace
 
-PerToken MeasurePerToken(const RunReport& r, uint64_t weights_used_per_pass,
-                         uint64_t expert_record_bytes) {
+PerToken MeasurePerToken(const RunReport& r) {
   PerToken t;
-  const std::vector<const StepRecord*> steps = DecodeSteps(r.steps);
-  if (steps.empty()) return t;
-  double requests = 0;
-  for (const StepRecord* s : steps) {
-    t.trunk_bytes += double(s->bytes.trunk);
-    t.lm_head_bytes += double(s->bytes.lm_head);
-    t.expert_bytes += double(s->bytes.experts);
-    t.other_bytes += double(s->bytes.embedding + s->bytes.head);
-    requests += double(s->source.expert_requests);
-  }
-  const double n = double(steps.size());
-  t.trunk_bytes /= n;
-  t.lm_head_bytes /= n;
-  t.expert_bytes /= n;
-  t.other_bytes /= n;
-  requests /= n;
-  t.weight_bytes_used = double(weights_used_per_pass) + requests * double(expert_record_bytes);
+  const Totals d = DecodeSteps(r.steps);
+  if (d.steps == 0) return t;
+  const double n = double(d.steps);
+  t.trunk_bytes = double(d.bytes.trunk) / n;
+  t.lm_head_bytes = double(d.bytes.lm_head) / n;
+  t.expert_bytes = double(d.bytes.experts) / n;
+  t.other_bytes = double(d.bytes.embedding + d.bytes.head) / n;
+  const double requests = double(d.source.expert_requests) / n;
+  t.weight_bytes_used = double(r.weights_used_per_pass) + requests * double(r.expert_record_bytes);
   // bf16 trunk and lm_head: 2 bytes per weight; MXFP4 experts: 17 bytes per 32 weights.
-  t.multiply_adds = double(weights_used_per_pass) / 2 +
-                    requests * double(expert_record_bytes) * 32.0 / 17.0;
+  t.multiply_adds = double(r.weights_used_per_pass) / 2 +
+                    requests * double(r.expert_record_bytes) * 32.0 / 17.0;
   return t;
 }
 
 std::optional<FloorResult> RunFloor(const RunReport& r) {
   if (!r.bandwidths || r.generated_ids.empty()) return std::nullopt;
-  const std::vector<const StepRecord*> steps = DecodeSteps(r.steps);
-  if (steps.empty()) return std::nullopt;
+  const Totals d = DecodeSteps(r.steps);
+  if (d.steps == 0) return std::nullopt;
   FloorResult f;
-  f.per_token = MeasurePerToken(r, r.weights_used_per_pass, r.expert_record_bytes);
+  f.per_token = MeasurePerToken(r);
   f.floor = ComputeFloor(f.per_token, *r.bandwidths);
-  double secs = 0;
-  for (const StepRecord* s : steps) secs += s->seconds;
-  f.seconds_per_token = secs / double(steps.size());
+  f.seconds_per_token = d.seconds / double(d.steps);
   f.time_over_floor = f.floor.floor_s > 0 ? f.seconds_per_token / f.floor.floor_s : 0;
   return f;
 }
@@ -130,30 +121,15 @@ std::string RenderReportJson(const RunReport& r) {
   for (const ExpertFailure& f : r.failures) {
     failures.push_back(json{{"layer", f.layer}, {"expert", f.expert}, {"reason", f.reason}});
   }
-  const double secs = Seconds(r.steps);
+  const Totals all = AllSteps(r.steps);
+  const double secs = all.seconds;
   const size_t n_gen = r.generated_ids.size();
-  uint64_t requests = 0, hits = 0;
-  double busy = 0, wait = 0;
-  for (const StepRecord& s : r.steps) {
-    requests += s.source.expert_requests;
-    hits += s.source.expert_hits;
-    busy += s.source.io_busy_seconds;
-    wait += s.source.io_wait_seconds;
-  }
-  const std::vector<const StepRecord*> decode = DecodeSteps(r.steps);
-  double decode_secs = 0;
-  ReadCounters per_token;
-  for (const StepRecord* s : decode) {
-    decode_secs += s->seconds;
-    per_token.trunk += s->bytes.trunk;
-    per_token.experts += s->bytes.experts;
-    per_token.embedding += s->bytes.embedding;
-    per_token.lm_head += s->bytes.lm_head;
-    per_token.head += s->bytes.head;
-  }
-  const uint64_t nd = decode.empty() ? 1 : decode.size();
-  per_token = ReadCounters{per_token.trunk / nd, per_token.experts / nd, per_token.embedding / nd,
-                           per_token.lm_head / nd, per_token.head / nd};
+  const double busy = all.source.io_busy_seconds, wait = all.source.io_wait_seconds;
+  const Totals decode = DecodeSteps(r.steps);
+  const uint64_t nd = std::max<uint64_t>(decode.steps, 1);
+  const ReadCounters& db = decode.bytes;
+  const ReadCounters per_token{db.trunk / nd, db.experts / nd, db.embedding / nd,
+                               db.lm_head / nd, db.head / nd};
   json floor = nullptr;
   if (std::optional<FloorResult> f = RunFloor(r)) {
     const Bandwidths& b = *r.bandwidths;
@@ -215,10 +191,11 @@ std::string RenderReportJson(const RunReport& r) {
        json{{"seconds", secs},
             {"seconds_per_token", n_gen ? json(secs / double(n_gen)) : json(nullptr)},
             {"decode_seconds_per_token",
-             r.steps.size() >= 2 ? json(decode_secs / double(decode.size())) : json(nullptr)},
-            {"bytes_read", BytesJson(Sum(r.steps))},
+             r.steps.size() >= 2 ? json(decode.seconds / double(decode.steps)) : json(nullptr)},
+            {"bytes_read", BytesJson(all.bytes)},
             {"bytes_per_token", BytesJson(per_token)},
-            {"expert_hit_rate", NullableRate(hits, requests)},
+            {"expert_hit_rate",
+             NullableRate(all.source.expert_hits, all.source.expert_requests)},
             {"io_busy_s", busy},
             {"io_wait_s", wait},
             {"io_share", secs > 0 ? json(busy / secs) : json(nullptr)},
@@ -271,8 +248,9 @@ std::string StepLine(const StepRecord& s) {
 }
 
 std::string SummaryLines(const RunReport& r) {
-  const double secs = Seconds(r.steps);
-  const ReadCounters t = Sum(r.steps);
+  const Totals all = AllSteps(r.steps);
+  const double secs = all.seconds;
+  const ReadCounters& t = all.bytes;
   const size_t n = r.generated_ids.size();
   char buf[512];
   std::snprintf(buf, sizeof buf, "%zu token%s in %.3f s", n, n == 1 ? "" : "s", secs);
@@ -288,11 +266,7 @@ std::string SummaryLines(const RunReport& r) {
          FormatIecBytes(double(t.lm_head)) + "); peak RSS " +
          FormatIecBytes(double(r.peak_rss_bytes)) + " (plan " +
          FormatIecBytes(double(r.plan.total())) + ")";
-  double busy = 0, wait = 0;
-  for (const StepRecord& s : r.steps) {
-    busy += s.source.io_busy_seconds;
-    wait += s.source.io_wait_seconds;
-  }
+  const double busy = all.source.io_busy_seconds, wait = all.source.io_wait_seconds;
   if (busy > 0 && secs > 0) {
     std::snprintf(buf, sizeof buf,
                   "\nI/O: busy %.3f s = %.1f %% of wall clock; %.1f %% of it hidden behind "

@@ -57,11 +57,10 @@ struct RunReport {
 
 std::string RenderReportJson(const RunReport& r);
 
-// Per-token averages over the decode steps (all steps when there is only one), for the floor.
-// `weights_used_per_pass` is every trunk + lm_head weight byte a pass multiplies and
-// `expert_record_bytes` one expert record's size (experts used = requests per step).
-PerToken MeasurePerToken(const RunReport& r, uint64_t weights_used_per_pass,
-                         uint64_t expert_record_bytes);
+// Per-token averages over the decode steps (all steps when there is only one), for the floor:
+// bytes read by kind, and the weight bytes and multiply-adds a token uses (the trunk and lm_head
+// of r.weights_used_per_pass plus the experts it asked for, r.expert_record_bytes each).
+PerToken MeasurePerToken(const RunReport& r);
 // Floor and time ÷ floor of the run (nullopt without bandwidths or generated tokens).
 struct FloorResult {
   PerToken per_token;

@@ -12,11 +12,6 @@
 #include "k3run/kernels/thread_pool.h"
 
 namespace k3::run {
-namespace {
-// Buffers at least this large use huge pages (AllocateHuge rounds up to 2 MiB, so small plans
-// would grow).
-constexpr uint64_t kHugeBufferBytes = uint64_t{32} << 20;
-}  // namespace
 
 struct StreamingWeights::Held {
   AlignedBuffer run;
@@ -75,17 +70,20 @@ Status StreamingWeights::Init() {
     // Huge pages for a large arena: each first touch of a slot otherwise faults in (and zeroes)
     // 4 KiB pages one by one, and O_DIRECT pins every page of every read.
     const uint64_t arena = uint64_t(plan_.expert_slots) * plan_.expert_slot_bytes;
-    K3_ASSIGN_OR_RETURN(arena_, arena >= kHugeBufferBytes ? AlignedBuffer::AllocateHuge(arena)
-                                                          : AlignedBuffer::Allocate(arena, 4096));
+    K3_ASSIGN_OR_RETURN(arena_, AlignedBuffer::AllocateLarge(arena));
     // Touched now, not slot by slot during generation: a slot's first use would otherwise pay
     // the kernel's page zeroing inside a token (measured: 0.317 s/token at a 4 GB budget with
     // 15 % hits against 0.275 s at 1.5 GB with none). The plan already counts these bytes.
-    uint8_t* base = arena_.data();
-    const int64_t chunks = int64_t((arena + (uint64_t{64} << 20) - 1) >> 26);
-    kernels::ParallelChunks(kernels::Threads(), chunks, [&](int64_t ch) {
-      const uint64_t b = uint64_t(ch) << 26, e = std::min<uint64_t>(arena, b + (uint64_t{64} << 20));
-      std::memset(base + b, 0, e - b);
-    });
+    // --preload writes every slot at start-up anyway.
+    if (!options_.preload_experts) {
+      constexpr uint64_t kTouch = uint64_t{64} << 20;
+      uint8_t* base = arena_.data();
+      kernels::ParallelChunks(kernels::Threads(), int64_t((arena + kTouch - 1) / kTouch),
+                              [&](int64_t ch) {
+                                const uint64_t b = uint64_t(ch) * kTouch;
+                                std::memset(base + b, 0, std::min(arena - b, kTouch));
+                              });
+    }
   }
   slot_views_.resize(static_cast<size_t>(plan_.expert_slots));
   K3_ASSIGN_OR_RETURN(lm_region_, LmHeadRegion(*prepared_, dims_));
@@ -230,6 +228,11 @@ void StreamingWeights::ReleaseLayer(int layer) {
   if (pos >= 0) ring_->Release(static_cast<size_t>(pos));
 }
 
+uint64_t StreamingWeights::Key(int layer, int expert) const {
+  return prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
+                                        static_cast<uint32_t>(expert));
+}
+
 bool StreamingWeights::Valid(int layer, int expert) const {
   const ModelConfig& c = prepared_->manifest.config;
   return layer >= c.first_dense && layer < c.n_layers && expert >= 0 && expert < c.n_experts;
@@ -254,8 +257,7 @@ void StreamingWeights::WillUse(int layer, std::span<const int32_t> experts) {
   std::vector<int32_t> missing;
   for (int32_t e : experts) {
     if (!Valid(layer, e)) continue;
-    const uint64_t key = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                        static_cast<uint32_t>(e));
+    const uint64_t key = Key(layer, e);
     if (failed_.count(key)) continue;
     ++stats_.expert_requests;
     const int s = cache_.Lookup(key);
@@ -270,8 +272,7 @@ void StreamingWeights::WillUse(int layer, std::span<const int32_t> experts) {
 }
 
 void StreamingWeights::Fail(int layer, int32_t expert, const std::string& why) {
-  failed_.insert(prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                static_cast<uint32_t>(expert)));
+  failed_.insert(Key(layer, expert));
   failures_.push_back(ExpertFailure{layer, expert, why});
 }
 
@@ -280,8 +281,7 @@ void StreamingWeights::Fail(int layer, int32_t expert, const std::string& why) {
 void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missing) {
   std::vector<Pending> pending;
   for (int32_t e : missing) {
-    const uint64_t key = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                        static_cast<uint32_t>(e));
+    const uint64_t key = Key(layer, e);
     const prep::ExpertRecord& rec = prepared_->experts.records[key];
     if (rec.length > plan_.expert_slot_bytes) {
       Fail(layer, e, "expert record of " + std::to_string(rec.length) +
@@ -351,8 +351,7 @@ void StreamingWeights::Publish() {
 const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (!Valid(layer, expert)) return nullptr;
   Publish();
-  const uint64_t key = prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                      static_cast<uint32_t>(expert));
+  const uint64_t key = Key(layer, expert);
   if (failed_.count(key)) return nullptr;
   int s = cache_.Find(key);
   if (s < 0) {
@@ -373,8 +372,7 @@ void StreamingWeights::ReleaseExperts(int) {
 
 bool StreamingWeights::Resident(int layer, int expert) const {
   if (!Valid(layer, expert)) return false;
-  return cache_.Find(prepared_->experts.RecordIndex(static_cast<uint32_t>(layer),
-                                                    static_cast<uint32_t>(expert))) >= 0;
+  return cache_.Find(Key(layer, expert)) >= 0;
 }
 
 StreamingStats StreamingWeights::stats() const {

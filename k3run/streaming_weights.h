@@ -116,6 +116,7 @@ class StreamingWeights final : public WeightSource {
   void Publish();  // collects the batch in flight, binds what arrived, records failures
   void Fail(int layer, int32_t expert, const std::string& why);
   bool Valid(int layer, int expert) const;
+  uint64_t Key(int layer, int expert) const;  // the expert's record index (the cache key)
 
   Env* env_;
   const prep::PreparedDir* prepared_;

@@ -33,11 +33,8 @@ Result<std::unique_ptr<TrunkRing>> TrunkRing::Start(std::vector<RingItem> walk, 
   std::unique_ptr<TrunkRing> r(new TrunkRing(std::move(walk), clock));
   r->slots_.resize(static_cast<size_t>(slots));
   for (Slot& s : r->slots_) {
-    // Large slots on huge pages (fewer page pins per O_DIRECT read); small ones exact, so a
-    // small plan does not grow by the 2 MiB rounding.
-    K3_ASSIGN_OR_RETURN(s.buf, slot_bytes >= (uint64_t{8} << 20)
-                                   ? AlignedBuffer::AllocateHuge(slot_bytes)
-                                   : AlignedBuffer::Allocate(slot_bytes, 4096));
+    // Large slots on huge pages: fewer page pins per O_DIRECT read.
+    K3_ASSIGN_OR_RETURN(s.buf, AlignedBuffer::AllocateLarge(slot_bytes));
   }
   // QD 16 per reader: an item is cut into pieces (direct_reader.cpp) that are in flight together.
   const int readers = slots >= 3 ? 2 : 1;

@@ -40,6 +40,14 @@ struct ReadCounters {
     return {trunk - o.trunk, experts - o.experts, embedding - o.embedding, lm_head - o.lm_head,
             head - o.head};
   }
+  ReadCounters& operator+=(const ReadCounters& o) {
+    trunk += o.trunk;
+    experts += o.experts;
+    embedding += o.embedding;
+    lm_head += o.lm_head;
+    head += o.head;
+    return *this;
+  }
 };
 
 // Streaming counters besides bytes (zero for sources that do not stream).
@@ -51,6 +59,13 @@ struct SourceCounters {
   SourceCounters operator-(const SourceCounters& o) const {
     return {expert_requests - o.expert_requests, expert_hits - o.expert_hits,
             io_busy_seconds - o.io_busy_seconds, io_wait_seconds - o.io_wait_seconds};
+  }
+  SourceCounters& operator+=(const SourceCounters& o) {
+    expert_requests += o.expert_requests;
+    expert_hits += o.expert_hits;
+    io_busy_seconds += o.io_busy_seconds;
+    io_wait_seconds += o.io_wait_seconds;
+    return *this;
   }
 };
 

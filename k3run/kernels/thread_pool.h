@@ -9,6 +9,11 @@
 // starts at once and takes every chunk no worker has claimed, so a late worker costs nothing;
 // idle workers spin briefly and then sleep on a futex (std::atomic::wait).
 //
+// Why not the pread pool in common/direct_reader.cpp, which also lets the caller claim tasks: it
+// hands each job over under a mutex and a condition variable with a heap-allocated job, fine for
+// reads of hundreds of microseconds, but a MatMul of a small expert takes a few microseconds and
+// a token runs thousands of them.
+//
 // Determinism: fn(c) is called exactly once for each chunk c in [0, n); which thread runs it
 // never matters to a caller whose chunks write disjoint outputs computed independently of the
 // thread (MatMul: each output row is computed the same way by whichever thread owns it).

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -336,6 +337,54 @@ TEST(StreamingCliTrace, DumpCacheTraceWithoutBudgetRefusedNamingFlag) {
       << run.stderr_text;
   EXPECT_FALSE(std::filesystem::exists(tmp.Join("trace") + "/cache-trace.jsonl"));
   EXPECT_TRUE(run.stdout_text().empty()) << "refused before generating";
+}
+
+TEST(StreamingCliTrace, DumpCacheTraceWithChatRefusedNamingFlag) {
+  test::TempDir tmp;
+  std::vector<std::string> a = {TinyPreparedDir(), "--chat", "--gen", "1", "--no-floor",
+                                "--dump-cache-trace", tmp.Join("trace")};
+  for (const std::string& f : MinimumFlags(TinyPreparedDir())) a.push_back(f);
+  CliIo io;
+  io.read_line = [] { return std::optional<std::string>("hello"); };
+  const testing::CliRun run = RunCliArgs(a, io);
+  EXPECT_EQ(run.exit_code, 2) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("--dump-cache-trace is not supported with --chat"),
+            std::string::npos)
+      << run.stderr_text;
+  EXPECT_FALSE(std::filesystem::exists(tmp.Join("trace") + "/cache-trace.jsonl"));
+}
+
+// --- --preload ---------------------------------------------------------------------------------
+
+TEST(StreamingCliPreload, WithoutBudgetRefusedNamingFlag) {
+  const testing::CliRun run =
+      RunCliArgs({TinyPreparedDir(), "--ids", kPromptText, "--gen", "1", "--no-floor",
+                  "--preload"});
+  EXPECT_EQ(run.exit_code, 2) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("--preload needs a memory budget"), std::string::npos)
+      << run.stderr_text;
+  EXPECT_TRUE(run.stdout_text().empty()) << "refused before generating";
+}
+
+TEST(StreamingCliPreload, CacheThatCannotHoldEveryExpertRefusedNamingFlag) {
+  std::vector<std::string> a = {TinyPreparedDir(), "--ids", kPromptText, "--gen", "1",
+                                "--no-floor", "--preload"};
+  for (const std::string& f : MinimumFlags(TinyPreparedDir())) a.push_back(f);
+  const testing::CliRun run = RunCliArgs(a);
+  EXPECT_EQ(run.exit_code, 2) << run.stderr_text;
+  EXPECT_NE(run.stderr_text.find("--preload: the expert cache holds"), std::string::npos)
+      << run.stderr_text;
+  EXPECT_TRUE(run.stdout_text().empty()) << "refused before generating";
+}
+
+TEST(StreamingCliPreload, EverythingHeldRunsAndMatchesTheDefaultRun) {
+  const testing::CliRun plain =
+      RunCliArgs({TinyPreparedDir(), "--ids", kPromptText, "--gen", "3", "--no-floor"});
+  const testing::CliRun held = RunCliArgs({TinyPreparedDir(), "--ids", kPromptText, "--gen", "3",
+                                           "--no-floor", "--budget-gb", "100", "--preload"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.stderr_text;
+  ASSERT_EQ(held.exit_code, 0) << held.stderr_text;
+  EXPECT_EQ(held.stdout_text(), plain.stdout_text());
 }
 
 TEST(StreamingCliTrace, DumpCacheTraceWithBudgetWritesTheFile) {

@@ -203,12 +203,25 @@ int Threads() {
   return n > 0 ? n : omp_get_max_threads();
 }
 
-void MatMul(const Matrix& w, const float* x, int64_t T, float* y) {
+namespace {
+
+// The checks every MatMul entry makes; false when there is nothing to compute.
+bool CheckMatMul(const Matrix& w, const float* x, int64_t T, float* y) {
   if (Status st = ValidateMatrix(w, "MatMul weight"); !st.ok()) Die(st.message());
   if (T < 0) Die("MatMul with T = " + std::to_string(T) + " activation rows");
-  if (w.rows == 0 || T == 0) return;
+  if (w.rows == 0 || T == 0) return false;
   if (x == nullptr || y == nullptr) Die("MatMul with a null activation or output pointer");
+  return true;
+}
 
+}  // namespace
+
+void MatMulOnThisThread(const Matrix& w, const float* x, int64_t T, float* y) {
+  if (CheckMatMul(w, x, T, y)) RowsFor(ActiveIsa())(w, x, T, y, 0, w.rows);
+}
+
+void MatMul(const Matrix& w, const float* x, int64_t T, float* y) {
+  if (!CheckMatMul(w, x, T, y)) return;
   const internal::RowsFn rows_fn = RowsFor(ActiveIsa());
   const int64_t work = w.rows * w.cols * T;
   // Blocks of kRowAlign rows, at least one block per thread.

@@ -104,6 +104,10 @@ int Threads();
 // read once per call for all T rows (prefill, speculative verification).
 void MatMul(const Matrix& w, const float* x, int64_t T, float* y);
 inline void MatVec(const Matrix& w, const float* x, float* y) { MatMul(w, x, 1, y); }
+// MatMul on the calling thread only, same bits: for callers that spread many small independent
+// products over the compute threads themselves (the routed experts of a MoE layer, whose
+// matrices are too small for a fork/join each). Safe to call from inside ParallelChunks.
+void MatMulOnThisThread(const Matrix& w, const float* x, int64_t T, float* y);
 
 // ---- bf16 ----
 // Widening is exact: the bf16 bits are the high half of the fp32.

@@ -17,25 +17,28 @@
 namespace k3::kernels::internal {
 namespace {
 
-// Loaders: the 16 fp32 weights of row r, columns [c, c+16) (c a multiple of 16), or the first
-// lanes of `k` of them at the ragged end of a row (zeros elsewhere; MXFP4 has no ragged end).
+// Loaders: Load gives the fp32 weights of row r, columns [c, c + 16·kVectors) as kVectors
+// 16-lane vectors (c a multiple of 16·kVectors); LoadTail the first lanes of `k` of 16 at the
+// ragged end of a row (zeros elsewhere). Only kVectors == 1 loaders have a ragged end.
 struct F32Rows {
+  static constexpr int kVectors = 1;  // 16-lane vectors per Load
   const float* base;
   int64_t cols;
-  __m512 Load(int64_t r, int64_t c) const { return _mm512_loadu_ps(base + r * cols + c); }
+  void Load(int64_t r, int64_t c, __m512* v) const { v[0] = _mm512_loadu_ps(base + r * cols + c); }
   __m512 LoadTail(int64_t r, int64_t c, __mmask16 k) const {
     return _mm512_maskz_loadu_ps(k, base + r * cols + c);
   }
 };
 
 struct Bf16Rows {
+  static constexpr int kVectors = 1;
   const uint16_t* base;
   int64_t cols;
   static __m512 Widen(__m256i h) {  // bf16 bits become the high half of each fp32: exact
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  __m512 Load(int64_t r, int64_t c) const {
-    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * cols + c)));
+  void Load(int64_t r, int64_t c, __m512* v) const {
+    v[0] = Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * cols + c)));
   }
   __m512 LoadTail(int64_t r, int64_t c, __mmask16 k) const {
     // Masked lanes are not read, so this never touches memory past the row.
@@ -43,21 +46,29 @@ struct Bf16Rows {
   }
 };
 
+// MXFP4 rows are loaded a whole scale group (32 elements, 16 bytes) at a time: one scale and
+// LUT row, one load, and the nibbles unpacked in order with two byte interleaves. Lanes still
+// see their elements in ascending order (c+l, then c+16+l). cols % 32 == 0 (ValidateMatrix), so
+// there is no ragged end.
 struct Mxfp4Rows {
+  static constexpr int kVectors = 2;
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t cols;
   const Mxfp4LutRow* lut;
-  __m512 Load(int64_t r, int64_t c) const {
-    // 8 bytes hold elements c..c+15. Duplicate each byte into two dword lanes, shift the odd
-    // lanes right by 4: permutexvar reads only the low 4 index bits, so lane j indexes its own
-    // nibble (low nibble = even element) without a mask.
+  void Load(int64_t r, int64_t c, __m512* v) const {
     const __m128i b =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
-    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
-    const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)), shift);
-    const float* row = lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v;
-    return _mm512_permutexvar_ps(idx, _mm512_load_ps(row));
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
+    // Byte j holds element 2j (low nibble) and 2j+1 (high nibble). Interleaving b with b >> 4
+    // puts every element's nibble in the low 4 bits of its own byte, in element order;
+    // permutexvar reads only those 4 bits of each index, so the high bits need no mask.
+    const __m128i high = _mm_srli_epi16(b, 4);
+    const __m512i idx0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, high));  // elements 0..15
+    const __m512i idx1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, high));  // elements 16..31
+    const __m512 row =
+        _mm512_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
+    v[0] = _mm512_permutexvar_ps(idx0, row);
+    v[1] = _mm512_permutexvar_ps(idx1, row);
   }
   __m512 LoadTail(int64_t, int64_t, __mmask16) const { return _mm512_setzero_ps(); }
 };
@@ -87,16 +98,24 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
   }
+  constexpr int S = L::kVectors;
   int64_t c = 0;
-  for (; c + 16 <= cols; c += 16) {
-    __m512 xv[TB];
+  for (; c + 16 * S <= cols; c += 16 * S) {
+    __m512 xv[S][TB];
 #pragma GCC unroll 16
-    for (int t = 0; t < TB; ++t) xv[t] = _mm512_loadu_ps(xt[t] + c);
+    for (int v = 0; v < S; ++v) {
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; ++t) xv[v][t] = _mm512_loadu_ps(xt[t] + c + 16 * v);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
-      const __m512 wv = w.Load(r0 + r, c);
+      __m512 wv[S];
+      w.Load(r0 + r, c, wv);
 #pragma GCC unroll 16
-      for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
+      for (int v = 0; v < S; ++v) {
+#pragma GCC unroll 16
+        for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_fmadd_ps(wv[v], xv[v][t], acc[r][t]);
+      }
     }
   }
   if (c < cols) {  // the ragged end: lanes past cols keep their value (mask3 leaves them)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "k3run/kernels/thread_pool.h"
 #include "k3run/ops/activation.h"
 #include "k3run/ops/glu.h"
 #include "k3run/ops/norm.h"
@@ -54,46 +55,65 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
   std::vector<float> shared = buf(T * E);
   GluMlp(w.shared, d.situ_b1, d.situ_b2, x, T, shared.data());
 
-  // 6a. each selected expert once, over all the rows that chose it; outputs into their slots
+  // 6a. each selected expert once, over all the rows that chose it; outputs into their slots.
+  // A wave's experts are looked up first, on this thread (the source may wait for its batch
+  // there), then computed in parallel, one expert per chunk on one thread: a routed expert's
+  // matrices are too small for a fork/join each. An expert writes only its own rows of `work`
+  // and its own slots, computed the same way on any thread, so the split never changes a bit.
   std::vector<float> slots = buf(T * k * Lt);
   std::vector<char> have(static_cast<size_t>(T * k), 0);
-  std::vector<float> zin, g, u, y;
-  std::vector<int64_t> rows;  // flat (t·k + j) of each gathered row
+  struct Job {
+    const GluWeights* w;
+    int64_t first, n;  // its rows in `rows` (flat t·k + j, ascending)
+  };
+  std::vector<Job> jobs;
+  std::vector<int64_t> rows;
+  std::vector<float> work;  // per gathered row: zin (then y) [Lt], g [I], u [I]
+  const int64_t per_row = Lt + 2 * I;
   for (size_t wave_begin = 0; wave_begin < chosen.size(); wave_begin += wave_size) {
     const size_t wave_end = std::min(chosen.size(), wave_begin + wave_size);
     if (wave_begin > 0) begin_wave(wave_begin);
+    jobs.clear();
+    rows.clear();
     for (size_t ci = wave_begin; ci < wave_end; ++ci) {
       const int32_t e = chosen[ci];
-      rows.clear();
+      const int64_t first = static_cast<int64_t>(rows.size());
       for (int64_t s = 0; s < T * k; ++s)
         if (r.idx[static_cast<size_t>(s)] == e) rows.push_back(s);
+      const int64_t n = static_cast<int64_t>(rows.size()) - first;
       const GluWeights* ew = experts(e);
       if (ew == nullptr) {
         if (stats) {
-          stats->experts_skipped += static_cast<int64_t>(rows.size());
+          stats->experts_skipped += n;
           stats->missing.push_back(e);
         }
+        rows.resize(static_cast<size_t>(first));
         continue;
       }
-      const int64_t n = static_cast<int64_t>(rows.size());
-      zin.resize(static_cast<size_t>(n * Lt));
-      g.resize(static_cast<size_t>(n * I));
-      u.resize(static_cast<size_t>(n * I));
-      y.resize(static_cast<size_t>(n * Lt));
-      for (int64_t q = 0; q < n; ++q) {
-        const int64_t t = rows[static_cast<size_t>(q)] / k;
-        std::copy_n(z.data() + t * Lt, Lt, zin.data() + q * Lt);
-      }
-      kernels::MatMul(ew->gate, zin.data(), n, g.data());
-      kernels::MatMul(ew->up, zin.data(), n, u.data());
-      SituGlu(g.data(), u.data(), n * I, d.situ_b1, d.situ_b2, g.data());
-      kernels::MatMul(ew->down, g.data(), n, y.data());
-      for (int64_t q = 0; q < n; ++q) {
-        const int64_t s = rows[static_cast<size_t>(q)];
-        std::copy_n(y.data() + q * Lt, Lt, slots.data() + s * Lt);
-        have[static_cast<size_t>(s)] = 1;
-      }
+      jobs.push_back(Job{ew, first, n});
     }
+    work.resize(rows.size() * static_cast<size_t>(per_row));
+    kernels::ParallelChunks(kernels::Threads(), static_cast<int64_t>(jobs.size()),
+                            [&](int64_t ji) {
+      const Job& job = jobs[static_cast<size_t>(ji)];
+      const int64_t n = job.n;
+      const int64_t* job_rows = rows.data() + job.first;
+      float* zin = work.data() + job.first * per_row;  // [n][Lt]; later y [n][Lt]
+      float* g = zin + n * Lt;                          // [n][I]
+      float* u = g + n * I;                             // [n][I]
+      for (int64_t q = 0; q < n; ++q) {
+        std::copy_n(z.data() + job_rows[q] / k * Lt, Lt, zin + q * Lt);
+      }
+      kernels::MatMulOnThisThread(job.w->gate, zin, n, g);
+      kernels::MatMulOnThisThread(job.w->up, zin, n, u);
+      SituGlu(g, u, n * I, d.situ_b1, d.situ_b2, g);
+      float* y = zin;  // zin is dead once gate and up have read it
+      kernels::MatMulOnThisThread(job.w->down, g, n, y);
+      for (int64_t q = 0; q < n; ++q) {
+        std::copy_n(y + q * Lt, Lt, slots.data() + job_rows[q] * Lt);
+        have[static_cast<size_t>(job_rows[q])] = 1;
+      }
+    });
     if (waves != nullptr && waves->end) waves->end();
   }
 

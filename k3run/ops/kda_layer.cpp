@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "k3run/kernels/thread_pool.h"
 #include "k3run/ops/conv.h"
 #include "k3run/ops/kda.h"
 #include "k3run/ops/math.h"
@@ -36,27 +37,27 @@ void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, Kda
   for (int64_t t = 0; t < T; ++t) {
     float* qt = q.data() + t * P;
     float* kt = k.data() + t * P;
-    // 3. per-head L2 norm of q and k; q pre-scaled for the recurrence
-    for (int64_t h = 0; h < H; ++h) {
-      L2Norm(qt + h * D, D);
-      L2Norm(kt + h * D, D);
-    }
-    for (int64_t i = 0; i < P; ++i) qt[i] = qt[i] * q_scale;
-    // 5. decay for this token
-    KdaDecay(z.data() + t * P, w.A_log.data(), w.dt_bias.data(), H, D, d.gate_lb, g.data(),
-             alpha.data());
-    for (int64_t h = 0; h < H; ++h) {
+    // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), so
+    // they run on the compute threads; each head's arithmetic is the same on any thread.
+    kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
+      const int64_t c0 = h * D;
+      // 3. per-head L2 norm of q and k; q pre-scaled for the recurrence
+      L2Norm(qt + c0, D);
+      L2Norm(kt + c0, D);
+      for (int64_t i = c0; i < c0 + D; ++i) qt[i] = qt[i] * q_scale;
+      // 5. decay for this token and head
+      KdaDecay(z.data() + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D,
+               d.gate_lb, g.data() + c0, alpha.data() + c0);
       const float beta = Sigmoid(b[static_cast<size_t>(t * H + h)]);  // 4. β per head
       // 6. recurrence, sequential over t
-      KdaRecurrenceStep(st->S.data() + h * D * D, qt + h * D, kt + h * D,
-                        v.data() + t * P + h * D, alpha.data() + h * D, beta, D,
-                        o.data() + t * P + h * D);
+      float* oh = o.data() + t * P + c0;
+      KdaRecurrenceStep(st->S.data() + h * D * D, qt + c0, kt + c0, v.data() + t * P + c0,
+                        alpha.data() + c0, beta, D, oh);
       // 7. head-wise RMSNorm, then 8. sigmoid gate (norm FIRST)
-      float* oh = o.data() + t * P + h * D;
       RmsNorm(oh, w.o_norm.data(), D, d.rms_eps, oh);
-      const float* gh = gate.data() + t * P + h * D;
+      const float* gh = gate.data() + t * P + c0;
       for (int64_t j = 0; j < D; ++j) oh[j] = oh[j] * Sigmoid(gh[j]);
-    }
+    });
   }
   // 9. output projection
   kernels::MatMul(w.o_proj, o.data(), T, out);

@@ -297,6 +297,18 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     splan = std::move(sp);
   }
   std::unique_ptr<WeightSource> weights;
+  // --preload is refused before any weight is loaded, probed or allocated.
+  if (o.preload && !splan) {
+    return Status::Invalid("--preload needs a memory budget that holds every expert (e.g. "
+                           "--preset max or --budget-gb): without one experts load on first use");
+  }
+  if (o.preload && uint64_t(splan->expert_slots) < prepared.experts.records.size()) {
+    return Status::Invalid("--preload: the plan's expert cache holds " +
+                           std::to_string(splan->expert_slots) + " of " +
+                           std::to_string(prepared.experts.records.size()) +
+                           " experts; preloading needs a budget that holds them all (raise "
+                           "--budget-gb or --cache-gb, or use --preset max)");
+  }
   StreamingWeights* streaming = nullptr;
   uint64_t weights_bytes = 0;
   if (!splan) {
@@ -335,10 +347,6 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     } else if (lines) {
       LogWarn("bandwidth probe failed (the report will have no floor): " + b.status().ToString());
     }
-  }
-  if (o.preload && !splan) {
-    return Status::Invalid("--preload needs a memory budget that holds every expert (e.g. "
-                           "--preset max or --budget-gb): without one experts load on first use");
   }
   std::unique_ptr<CacheTraceWriter> trace;
   if (!o.cache_trace_dir.empty()) {

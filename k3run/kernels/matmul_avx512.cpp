@@ -25,6 +25,9 @@ struct F32Rows {
   const float* base;
   int64_t cols;
   void Load(int64_t r, int64_t c, __m512* v) const { v[0] = _mm512_loadu_ps(base + r * cols + c); }
+  const void* RowStart(int64_t r) const { return base + r * cols; }
+  int64_t row_bytes() const { return cols * 4; }
+  void PrefetchSide(int64_t, int64_t) const {}
   __m512 LoadTail(int64_t r, int64_t c, __mmask16 k) const {
     return _mm512_maskz_loadu_ps(k, base + r * cols + c);
   }
@@ -40,6 +43,9 @@ struct Bf16Rows {
   void Load(int64_t r, int64_t c, __m512* v) const {
     v[0] = Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * cols + c)));
   }
+  const void* RowStart(int64_t r) const { return base + r * cols; }
+  int64_t row_bytes() const { return cols * 2; }
+  void PrefetchSide(int64_t, int64_t) const {}
   __m512 LoadTail(int64_t r, int64_t c, __mmask16 k) const {
     // Masked lanes are not read, so this never touches memory past the row.
     return Widen(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(k, base + r * cols + c)));
@@ -71,6 +77,15 @@ struct Mxfp4Rows {
     v[1] = _mm512_permutexvar_ps(idx1, row);
   }
   __m512 LoadTail(int64_t, int64_t, __mmask16) const { return _mm512_setzero_ps(); }
+  const void* RowStart(int64_t r) const { return packed + r * (cols / 2); }
+  int64_t row_bytes() const { return cols / 2; }
+  // The scales of rows [r, r + n): a few lines, fetched once per tile.
+  void PrefetchSide(int64_t r, int64_t n) const {
+    const char* p = reinterpret_cast<const char*>(scales + r * (cols / kMxfp4GroupSize));
+    for (int64_t b = 0; b < n * (cols / kMxfp4GroupSize); b += 64) {
+      _mm_prefetch(p + b, _MM_HINT_T0);
+    }
+  }
 };
 
 // The fixed tree of matmul.h, operands in the same order as the scalar a_l + a_{l+w}.
@@ -99,9 +114,35 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
     for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   constexpr int S = L::kVectors;
+  // Prefetch of the next tile, for one activation (weights streaming from memory) and short
+  // rows: the next tile's rows follow this tile's contiguously, but rows of a few KB end before
+  // the hardware prefetcher ramps up on each of the RB interleaved streams (bf16 with 768
+  // columns ran at 2/3 of the rate of 7168). Longer rows are left to the hardware, and the
+  // prefetched bytes stay small enough not to evict x from L1. A hint: no bits change.
+  constexpr int64_t kMaxPrefetchBytes = 16 << 10;
+  const int64_t steps = cols >= 16 * S ? cols / (16 * S) : 1;  // no <algorithm>: see
+                                                                 // kernels_internal.h
+  const char* pf = static_cast<const char*>(w.RowStart(r0 + RB));
+  int64_t pf_bytes = 0, pf_stride = 0, pf_at = 0;
+  if constexpr (TB == 1) {
+    const int64_t next_rows = rows - (r0 + RB) < RB ? rows - (r0 + RB) : RB;
+    if (next_rows > 0 && next_rows * w.row_bytes() <= kMaxPrefetchBytes) {
+      pf_bytes = next_rows * w.row_bytes();
+      // bf16 256 B per step, MXFP4 128 (f32 512: only half is prefetched, 4 lines per step)
+      pf_stride = (pf_bytes + steps - 1) / steps;
+      w.PrefetchSide(r0 + RB, next_rows);
+    }
+  }
   int64_t c = 0;
   for (; c + 16 * S <= cols; c += 16 * S) {
     __m512 xv[S][TB];
+    if constexpr (TB == 1) {
+      if (pf_at < pf_bytes) _mm_prefetch(pf + pf_at, _MM_HINT_T0);
+      if (pf_at + 64 < pf_bytes) _mm_prefetch(pf + pf_at + 64, _MM_HINT_T0);
+      if (pf_at + 128 < pf_bytes) _mm_prefetch(pf + pf_at + 128, _MM_HINT_T0);
+      if (pf_at + 192 < pf_bytes) _mm_prefetch(pf + pf_at + 192, _MM_HINT_T0);
+      pf_at += pf_stride;
+    }
 #pragma GCC unroll 16
     for (int v = 0; v < S; ++v) {
 #pragma GCC unroll 16

@@ -1,11 +1,13 @@
-// Router logits over row groups and threads (see router_dot.h).
+// Router logits: the scalar body and the dispatch over ISAs and threads (see router_dot.h).
 #include "k3run/kernels/router_dot.h"
 
 #include <algorithm>
 
+#include "k3run/kernels/kernels_internal.h"
 #include "k3run/kernels/thread_pool.h"
 
 namespace k3::kernels {
+namespace internal {
 namespace {
 
 // Eight rows interleaved: independent accumulators hide the add latency; each row still sees
@@ -34,7 +36,9 @@ void Rows(const Elem* w, int64_t cols, const float* x, int64_t r0, int64_t r1, d
   }
 }
 
-void RouterRows(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
+}  // namespace
+
+void RouterRowsScalar(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
   if (w.type == WeightType::kBF16) {
     Rows(static_cast<const uint16_t*>(w.data), w.cols, x, r0, r1, out,
          [](uint16_t v) { return Bf16ToF32(v); });
@@ -43,14 +47,33 @@ void RouterRows(const Matrix& w, const float* x, double* out, int64_t r0, int64_
   }
 }
 
+}  // namespace internal
+
+namespace {
+
+internal::RouterRowsFn RouterRowsFor(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return internal::RouterRowsAvx512;
+    case Isa::kAvx2:
+      return internal::RouterRowsAvx2;
+    case Isa::kScalar:
+      break;
+  }
+  return internal::RouterRowsScalar;
+}
+
 }  // namespace
 
 void RouterLogits(const Matrix& w, const float* x, double* out) {
+  const internal::RouterRowsFn rows_fn = RouterRowsFor(ActiveIsa());
+  // A multiple of every body's row group (AVX-512 and AVX2: 16, scalar: 8), so a chunk is
+  // whole groups and the split over threads is the single-thread split cut at group borders.
   constexpr int64_t kRowsPerChunk = 64;
   const int64_t chunks = (w.rows + kRowsPerChunk - 1) / kRowsPerChunk;
   ParallelChunks(Threads(), chunks, [&](int64_t c) {
     const int64_t r0 = c * kRowsPerChunk, r1 = std::min(w.rows, r0 + kRowsPerChunk);
-    RouterRows(w, x, out, r0, r1);
+    rows_fn(w, x, out, r0, r1);
   });
 }
 

@@ -9,6 +9,9 @@
 // call reads (packed + scales for MXFP4); GFLOP/s counts 2·rows·cols·T. The MXFP4 matrices
 // are rotated over enough copies (≥ 96 MB) that each call reads from DRAM, not the 32 MB L3,
 // as a freshly loaded expert would.
+// Router logits (router_dot.h): BF16 gate [896][768] (bench preset, called 92 times per token
+// with one x, so it stays cache-resident like here) and [896][7168] (released model), at 1 and 2
+// threads whatever --threads says; ns per call, and each path's speed-up over scalar.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "k3run/kernels/matmul.h"
+#include "k3run/kernels/router_dot.h"
 
 namespace k3::kernels {
 namespace {
@@ -93,6 +97,27 @@ void BmMatMul(benchmark::State& state, Isa isa, const std::vector<Weights>* copi
     k = (k + 1) % copies->size();
   }
   SetCounters(state, first, T);
+}
+
+void BmRouter(benchmark::State& state, Isa isa, const Weights* w, int threads) {
+  SetIsa(isa);
+  SetThreads(threads);
+  const std::vector<float> x = Activations(1, w->m.cols);
+  std::vector<double> out(static_cast<size_t>(w->m.rows));
+  for (auto _ : state) {
+    RouterLogits(w->m, x.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 *
+                             static_cast<double>(w->m.rows * w->m.cols) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+
+std::string RouterName(int64_t rows, int64_t cols, int threads, Isa isa) {
+  return "Router/" + std::to_string(rows) + "x" + std::to_string(cols) + "/bf16/threads:" +
+         std::to_string(threads) + "/" + IsaName(isa);
 }
 
 // A streaming read of a 1 GiB buffer by g_threads threads: the bandwidth a memory-bound matvec
@@ -218,6 +243,24 @@ int main(int argc, char** argv) {
     }
   }
 
+  const std::vector<Weights> routers = [] {
+    std::vector<Weights> v;
+    v.push_back(MakeBf16(896, 768));
+    v.push_back(MakeBf16(896, 7168));
+    return v;
+  }();
+  for (const Weights& w : routers) {
+    for (int threads : {1, 2}) {
+      for (Isa isa : isas) {
+        benchmark::RegisterBenchmark(
+            RouterName(w.m.rows, w.m.cols, threads, isa).c_str(),
+            [isa, w = &w, threads](benchmark::State& s) { BmRouter(s, isa, w, threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kNanosecond);
+      }
+    }
+  }
+
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();
@@ -242,6 +285,23 @@ int main(int argc, char** argv) {
           "  isa %-6s mxfp4 matvec 3072x3584: %7.3f ms; %.2fx the original's %.1f ms (target "
           ">= 5x)\n",
           IsaName(isa), mx->second, kOriginalMxfp4W1Ms / mx->second, kOriginalMxfp4W1Ms);
+    }
+  }
+  // Router: the recorder holds nanoseconds for these (their unit).
+  for (const Weights& w : routers) {
+    for (int threads : {1, 2}) {
+      const auto scalar = recorder.ms.find(RouterName(w.m.rows, w.m.cols, threads, Isa::kScalar));
+      for (Isa isa : isas) {
+        const auto it_r = recorder.ms.find(RouterName(w.m.rows, w.m.cols, threads, isa));
+        if (it_r == recorder.ms.end()) continue;
+        std::printf("  router bf16 %lldx%lld, %d thread%s, isa %-6s: %9.0f ns/call",
+                    static_cast<long long>(w.m.rows), static_cast<long long>(w.m.cols), threads,
+                    threads == 1 ? " " : "s", IsaName(isa), it_r->second);
+        if (scalar != recorder.ms.end()) {
+          std::printf(" (%.2fx scalar)", scalar->second / it_r->second);
+        }
+        std::printf("\n");
+      }
     }
   }
   return 0;

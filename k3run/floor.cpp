@@ -403,15 +403,15 @@ Status ProbeKernel(const ProbeOptions& o, int threads, Bandwidths* b) {
 Result<Bandwidths> ProbeBandwidths(Env* env, const prep::PreparedDir& p, const ProbeOptions& o) {
   K3_RETURN_IF_ERROR(ValidateOptions(o));
   Bandwidths b;
+  const int threads = o.threads > 0 ? o.threads : kernels::Threads();
+  K3_RETURN_IF_ERROR(ProbeMemory(o, threads, &b));
+  K3_RETURN_IF_ERROR(ProbeKernel(o, threads, &b));
   {
     ExpertProbe experts(env, p, o);  // its buffer and files are released before the next probe
     K3_RETURN_IF_ERROR(experts.Run(&b));
   }
   K3_RETURN_IF_ERROR(ProbeTrunk(env, p, o, &b));
   K3_RETURN_IF_ERROR(ProbeCombined(env, p, o, &b));
-  const int threads = o.threads > 0 ? o.threads : kernels::Threads();
-  K3_RETURN_IF_ERROR(ProbeMemory(o, threads, &b));
-  K3_RETURN_IF_ERROR(ProbeKernel(o, threads, &b));
   return b;
 }
 

@@ -37,6 +37,18 @@ void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t 
   }
 }
 
+namespace {
+
+// Scratch for v − u: u lives in o, which step 4 overwrites while the residual is still needed.
+// One per thread (heads run on the compute threads), grown once.
+std::vector<float>& Residual(int64_t D) {
+  thread_local std::vector<float> r;
+  if (r.size() < static_cast<size_t>(D)) r.resize(static_cast<size_t>(D));
+  return r;
+}
+
+}  // namespace
+
 void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
                        const float* alpha, float beta, int64_t D, float* o) {
   float* u = o;  // o doubles as the scratch for u = Sᵀk (no allocation per head and token)
@@ -49,18 +61,17 @@ void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const fl
     for (int64_t j = 0; j < D; ++j) row[j] = a * row[j];
     for (int64_t j = 0; j < D; ++j) u[j] += ki * row[j];
   }
-  // 3. delta write: the residual v − u is formed once per j.
-  for (int64_t j = 0; j < D; ++j) u[j] = v[j] - u[j];
+  // 3. delta write, the residual v − u formed once per j; 4. output from the UPDATED state,
+  // fused per row i: row i is final once written, and o[j] still sums rows in ascending i, so
+  // the bits are those of two separate passes, with one pass less over the state.
+  std::vector<float>& r = Residual(D);
+  for (int64_t j = 0; j < D; ++j) r[static_cast<size_t>(j)] = v[j] - u[j];
+  for (int64_t j = 0; j < D; ++j) o[j] = 0.0f;
   for (int64_t i = 0; i < D; ++i) {
     float* row = S + i * D;
     const float kb = k[i] * beta;
-    for (int64_t j = 0; j < D; ++j) row[j] = row[j] + kb * u[j];
-  }
-  // 4. output from the UPDATED state.
-  for (int64_t j = 0; j < D; ++j) o[j] = 0.0f;
-  for (int64_t i = 0; i < D; ++i) {
-    const float* row = S + i * D;
     const float qi = q_scaled[i];
+    for (int64_t j = 0; j < D; ++j) row[j] = row[j] + kb * r[static_cast<size_t>(j)];
     for (int64_t j = 0; j < D; ++j) o[j] += qi * row[j];
   }
 }

@@ -22,6 +22,7 @@ namespace {
 // ragged end of a row (zeros elsewhere). Only kVectors == 1 loaders have a ragged end.
 struct F32Rows {
   static constexpr int kVectors = 1;  // 16-lane vectors per Load
+  static constexpr bool kPermuted = false;  // lanes in contract order (see Mxfp4Rows)
   const float* base;
   int64_t cols;
   void Load(int64_t r, int64_t c, __m512* v) const { v[0] = _mm512_loadu_ps(base + r * cols + c); }
@@ -35,6 +36,7 @@ struct F32Rows {
 
 struct Bf16Rows {
   static constexpr int kVectors = 1;
+  static constexpr bool kPermuted = false;
   const uint16_t* base;
   int64_t cols;
   static __m512 Widen(__m256i h) {  // bf16 bits become the high half of each fp32: exact
@@ -52,29 +54,36 @@ struct Bf16Rows {
   }
 };
 
-// MXFP4 rows are loaded a whole scale group (32 elements, 16 bytes) at a time: one scale and
-// LUT row, one load, and the nibbles unpacked in order with two byte interleaves. Lanes still
-// see their elements in ascending order (c+l, then c+16+l). cols % 32 == 0 (ValidateMatrix), so
-// there is no ragged end.
+// MXFP4 rows are loaded a whole scale group (32 elements, 16 bytes) at a time, with ONE shuffle
+// per 16 weights (the LUT's permutexvar): each 8-byte half is broadcast to every qword (a load,
+// not a shuffle) and a per-lane shift brings one nibble to the low 4 bits of each dword, which
+// is all permutexvar reads. That puts the elements of a 16-block in the lane order kMxfp4Order
+// (lane 2j: element j, lane 2j+1: element 8+j; j < 8) instead of 0..15: Tile permutes x the
+// same way and puts the accumulator back in contract order before the reduction, so each
+// contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in ascending order, and the
+// bits are the contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
 struct Mxfp4Rows {
   static constexpr int kVectors = 2;
+  static constexpr bool kPermuted = true;
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t cols;
   const Mxfp4LutRow* lut;
   void Load(int64_t r, int64_t c, __m512* v) const {
-    const __m128i b =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
-    // Byte j holds element 2j (low nibble) and 2j+1 (high nibble). Interleaving b with b >> 4
-    // puts every element's nibble in the low 4 bits of its own byte, in element order;
-    // permutexvar reads only those 4 bits of each index, so the high bits need no mask.
-    const __m128i high = _mm_srli_epi16(b, 4);
-    const __m512i idx0 = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, high));  // elements 0..15
-    const __m512i idx1 = _mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, high));  // elements 16..31
+    const uint8_t* p = packed + r * (cols / 2) + c / 2;
+    // Byte m holds element 2m (low nibble) and 2m+1 (high nibble): element e of a dword sits
+    // at bits 4e. Dword lanes of a broadcast qword alternate low (elements 0..7) and high
+    // (elements 8..15) halves; lanes 2j and 2j+1 shift by 4j.
+    const __m512i shift =
+        _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+    const __m512i q0 =
+        _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m512i q1 =
+        _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
     const __m512 row =
         _mm512_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
-    v[0] = _mm512_permutexvar_ps(idx0, row);
-    v[1] = _mm512_permutexvar_ps(idx1, row);
+    v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(q0, shift), row);  // elements 0..15
+    v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(q1, shift), row);  // elements 16..31
   }
   __m512 LoadTail(int64_t, int64_t, __mmask16) const { return _mm512_setzero_ps(); }
   const void* RowStart(int64_t r) const { return packed + r * (cols / 2); }
@@ -97,6 +106,15 @@ float Reduce(__m512 a) {
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
   return _mm_cvtss_f32(s1);
+}
+
+// The lane order of a permuted loader (Mxfp4Rows): lane p holds element kMxfp4Order[p] of a
+// 16-block; kMxfp4Restore[l] is the lane that holds element l.
+__m512i Mxfp4Order() {
+  return _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+}
+__m512i Mxfp4Restore() {
+  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
 // RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
@@ -146,7 +164,10 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 16
     for (int v = 0; v < S; ++v) {
 #pragma GCC unroll 16
-      for (int t = 0; t < TB; ++t) xv[v][t] = _mm512_loadu_ps(xt[t] + c + 16 * v);
+      for (int t = 0; t < TB; ++t) {
+        xv[v][t] = _mm512_loadu_ps(xt[t] + c + 16 * v);
+        if constexpr (L::kPermuted) xv[v][t] = _mm512_permutexvar_ps(Mxfp4Order(), xv[v][t]);
+      }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
@@ -159,7 +180,9 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
       }
     }
   }
-  if (c < cols) {  // the ragged end: lanes past cols keep their value (mask3 leaves them)
+  // The ragged end (never for a permuted loader: MXFP4 has none): lanes past cols keep their
+  // value (mask3 leaves them).
+  if (c < cols) {
     const __mmask16 k = static_cast<__mmask16>((1u << (cols - c)) - 1u);
     __m512 xv[TB];
     for (int t = 0; t < TB; ++t) xv[t] = _mm512_maskz_loadu_ps(k, xt[t] + c);
@@ -169,7 +192,10 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
     }
   }
   for (int r = 0; r < RB; ++r) {
-    for (int t = 0; t < TB; ++t) y[(t0 + t) * rows + r0 + r] = Reduce(acc[r][t]);
+    for (int t = 0; t < TB; ++t) {
+      if constexpr (L::kPermuted) acc[r][t] = _mm512_permutexvar_ps(Mxfp4Restore(), acc[r][t]);
+      y[(t0 + t) * rows + r0 + r] = Reduce(acc[r][t]);
+    }
   }
 }
 

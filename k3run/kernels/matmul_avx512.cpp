@@ -23,6 +23,9 @@ namespace {
 struct F32Rows {
   static constexpr int kVectors = 1;  // 16-lane vectors per Load
   static constexpr bool kPermuted = false;  // lanes in contract order (see Mxfp4Rows)
+  // Where Tile's prefetch of the next tile lands: L2 for the streamed bf16/f32 rows (27.7 ->
+  // 31.3 GB/s at 768 columns), L1 for MXFP4, whose decode leaves time to spare (21.4 vs 19.1).
+  static constexpr _mm_hint kPrefetchHint = _MM_HINT_T1;
   const float* base;
   int64_t cols;
   void Load(int64_t r, int64_t c, __m512* v) const { v[0] = _mm512_loadu_ps(base + r * cols + c); }
@@ -37,6 +40,7 @@ struct F32Rows {
 struct Bf16Rows {
   static constexpr int kVectors = 1;
   static constexpr bool kPermuted = false;
+  static constexpr _mm_hint kPrefetchHint = _MM_HINT_T1;
   const uint16_t* base;
   int64_t cols;
   static __m512 Widen(__m256i h) {  // bf16 bits become the high half of each fp32: exact
@@ -65,6 +69,7 @@ struct Bf16Rows {
 struct Mxfp4Rows {
   static constexpr int kVectors = 2;
   static constexpr bool kPermuted = true;
+  static constexpr _mm_hint kPrefetchHint = _MM_HINT_T0;
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t cols;
@@ -155,10 +160,10 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   for (; c + 16 * S <= cols; c += 16 * S) {
     __m512 xv[S][TB];
     if constexpr (TB == 1) {
-      if (pf_at < pf_bytes) _mm_prefetch(pf + pf_at, _MM_HINT_T0);
-      if (pf_at + 64 < pf_bytes) _mm_prefetch(pf + pf_at + 64, _MM_HINT_T0);
-      if (pf_at + 128 < pf_bytes) _mm_prefetch(pf + pf_at + 128, _MM_HINT_T0);
-      if (pf_at + 192 < pf_bytes) _mm_prefetch(pf + pf_at + 192, _MM_HINT_T0);
+      if (pf_at < pf_bytes) _mm_prefetch(pf + pf_at, L::kPrefetchHint);
+      if (pf_at + 64 < pf_bytes) _mm_prefetch(pf + pf_at + 64, L::kPrefetchHint);
+      if (pf_at + 128 < pf_bytes) _mm_prefetch(pf + pf_at + 128, L::kPrefetchHint);
+      if (pf_at + 192 < pf_bytes) _mm_prefetch(pf + pf_at + 192, L::kPrefetchHint);
       pf_at += pf_stride;
     }
 #pragma GCC unroll 16

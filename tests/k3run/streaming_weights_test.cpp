@@ -138,7 +138,8 @@ TEST_P(StreamingTiny, LogitsAndIdsBitIdenticalToRamWeights) {
   if (k.level == "minimum") {
     // The minimum really is the minimum: a 2-slot ring, top-k + 1 expert slots, lm_head streamed,
     // and passes whose expert union exceeds the cache ran in several waves with evictions.
-    const ModelConfig& c = testing::OpenEngine(TinyPreparedDir())->prepared.manifest.config;
+    const auto engine = testing::OpenEngine(TinyPreparedDir());  // owns the config below
+    const ModelConfig& c = engine->prepared.manifest.config;
     EXPECT_EQ(got.plan.ring_slots, 2);
     EXPECT_EQ(got.plan.expert_slots, c.topk + 1);
     EXPECT_FALSE(got.plan.lm_head_held);

@@ -302,13 +302,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     return Status::Invalid("--preload needs a memory budget that holds every expert (e.g. "
                            "--preset max or --budget-gb): without one experts load on first use");
   }
-  if (o.preload && uint64_t(splan->expert_slots) < prepared.experts.records.size()) {
-    return Status::Invalid("--preload: the plan's expert cache holds " +
-                           std::to_string(splan->expert_slots) + " of " +
-                           std::to_string(prepared.experts.records.size()) +
-                           " experts; preloading needs a budget that holds them all (raise "
-                           "--budget-gb or --cache-gb, or use --preset max)");
-  }
+  if (o.preload) K3_RETURN_IF_ERROR(CheckPreloadFits(*splan, prepared));
   StreamingWeights* streaming = nullptr;
   uint64_t weights_bytes = 0;
   if (!splan) {

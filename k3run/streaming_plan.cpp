@@ -208,4 +208,13 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
   return plan;
 }
 
+Status CheckPreloadFits(const StreamingPlan& plan, const prep::PreparedDir& p) {
+  const size_t records = p.experts.records.size();
+  if (uint64_t(plan.expert_slots) >= records) return Status::Ok();
+  return Status::Invalid("--preload: the plan's expert cache holds " +
+                         std::to_string(plan.expert_slots) + " of " + std::to_string(records) +
+                         " experts; preloading needs a budget that holds them all (raise "
+                         "--budget-gb or --cache-gb, or use --preset max)");
+}
+
 }  // namespace k3::run

@@ -55,4 +55,8 @@ struct StreamingPlan {
 Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequest& req,
                                     uint64_t mem_available);
 
+// --preload's rule: the plan's expert cache holds every expert of `p`. k3run checks it before
+// anything is loaded or probed; StreamingWeights checks it again for library callers.
+Status CheckPreloadFits(const StreamingPlan& plan, const prep::PreparedDir& p);
+
 }  // namespace k3::run

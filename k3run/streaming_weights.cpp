@@ -110,13 +110,8 @@ Status StreamingWeights::Init() {
 // Every expert through the normal path (waves, batch reads, publication), layer by layer.
 Status StreamingWeights::PreloadExperts() {
   const ModelConfig& c = prepared_->manifest.config;
-  const size_t records = prepared_->experts.records.size();
-  if (records == 0) return Status::Ok();
-  if (uint64_t(plan_.expert_slots) < records) {
-    return Status::Invalid("--preload: the expert cache holds " +
-                           std::to_string(plan_.expert_slots) + " of " + std::to_string(records) +
-                           " experts; preloading needs a budget that holds them all");
-  }
+  if (prepared_->experts.records.empty()) return Status::Ok();
+  K3_RETURN_IF_ERROR(CheckPreloadFits(plan_, *prepared_));
   const int64_t wave = ExpertWaveSize();
   uint64_t total = 0;
   for (const prep::ExpertRecord& r : prepared_->experts.records) total += r.length;

@@ -372,8 +372,8 @@ TEST(StreamingCliPreload, CacheThatCannotHoldEveryExpertRefusedNamingFlag) {
   for (const std::string& f : MinimumFlags(TinyPreparedDir())) a.push_back(f);
   const testing::CliRun run = RunCliArgs(a);
   EXPECT_EQ(run.exit_code, 2) << run.stderr_text;
-  // Refused by the plan, before the weights are allocated (StreamingWeights has its own check,
-  // worded "the expert cache holds", for library callers).
+  // Refused by the plan, before the weights are allocated (CheckPreloadFits, which
+  // StreamingWeights also applies for library callers).
   EXPECT_NE(run.stderr_text.find("--preload: the plan's expert cache holds"), std::string::npos)
       << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("--cache-gb"), std::string::npos) << run.stderr_text;

@@ -104,6 +104,41 @@ Status FirstFailure(std::span<ReadRequest> requests) {
   return Status::Ok();
 }
 
+// Tracks when each request is done (its status final) and tells the caller once per request:
+// when its last piece finished, or through Done() for one read another way. Start() tells the
+// requests without pieces (failed up front, zero length); Finish() tells whatever is left
+// (pieces abandoned after a ring failure), after their statuses are final.
+class Completions {
+ public:
+  Completions(std::span<ReadRequest> requests, const std::vector<Piece>& pieces,
+              const BatchReader::RequestDone& on_done)
+      : on_done_(on_done), left_(requests.size()), told_(requests.size()) {
+    for (const Piece& p : pieces) left_[p.request].fetch_add(1, std::memory_order_relaxed);
+  }
+  void Start() {
+    for (size_t i = 0; i < left_.size(); ++i) {
+      if (left_[i].load(std::memory_order_relaxed) == 0) Done(i);
+    }
+  }
+  // Thread-safe: pieces of one request may finish on different threads.
+  void PieceDone(size_t request) {
+    if (left_[request].fetch_sub(1, std::memory_order_acq_rel) == 1) Done(request);
+  }
+  void Done(size_t i) {
+    if (!told_[i].exchange(true, std::memory_order_acq_rel) && on_done_) on_done_(i);
+  }
+  // Whether the request was told done (its status must not change any more).
+  bool Told(size_t request) const { return told_[request].load(std::memory_order_acquire); }
+  void Finish() {
+    for (size_t i = 0; i < told_.size(); ++i) Done(i);
+  }
+
+ private:
+  const BatchReader::RequestDone& on_done_;
+  std::vector<std::atomic<uint32_t>> left_;
+  std::vector<std::atomic<bool>> told_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // pread pool
 
@@ -193,27 +228,34 @@ class PoolReader final : public BatchReader {
   std::string_view backend() const override { return backend_; }
   int queue_depth() const override { return queue_depth_; }
 
-  Status ReadAll(std::span<ReadRequest> requests) override {
+  Status ReadAll(std::span<ReadRequest> requests, const RequestDone& on_done) override {
     ResetStatuses(requests);
     const std::vector<Piece> pieces =
         CutPieces(requests, alignment_, piece_bytes_,
                   [](const ReadRequest& r) { return r.status.ok(); });
+    Completions completions(requests, pieces, on_done);
+    completions.Start();
     std::mutex status_mu;
     const std::function<void(size_t)> task = [&](size_t k) {
       const Piece& piece = pieces[k];
       ReadRequest& r = requests[piece.request];
+      bool skip;
       {
         std::lock_guard<std::mutex> lock(status_mu);
-        if (!r.status.ok()) return;  // an earlier piece failed: skip the rest
+        skip = !r.status.ok();  // an earlier piece failed: skip the rest
       }
-      Status s = DirectRead(r.file, alignment_, piece.offset, piece.length,
-                            static_cast<uint8_t*>(r.dst) + (piece.offset - r.offset));
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(status_mu);
-        if (r.status.ok()) r.status = std::move(s);
+      if (!skip) {
+        Status s = DirectRead(r.file, alignment_, piece.offset, piece.length,
+                              static_cast<uint8_t*>(r.dst) + (piece.offset - r.offset));
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(status_mu);
+          if (r.status.ok()) r.status = std::move(s);
+        }
       }
+      completions.PieceDone(piece.request);
     };
     pool_.Run(pieces.size(), task);
+    completions.Finish();
     return FirstFailure(requests);
   }
 
@@ -247,7 +289,7 @@ class UringReader final : public BatchReader {
   std::string_view backend() const override { return "io_uring"; }
   int queue_depth() const override { return queue_depth_; }
 
-  Status ReadAll(std::span<ReadRequest> requests) override;
+  Status ReadAll(std::span<ReadRequest> requests, const RequestDone& on_done) override;
 
  private:
   // A piece in flight. For a bounced piece the window [offset, offset+length) is aligned and
@@ -351,17 +393,21 @@ bool UringReader::Complete(size_t slot_index, int res, std::span<ReadRequest> re
   return true;
 }
 
-Status UringReader::ReadAll(std::span<ReadRequest> requests) {
+Status UringReader::ReadAll(std::span<ReadRequest> requests, const RequestDone& on_done) {
   ResetStatuses(requests);
-  // Files without a descriptor (fault injection, in-memory) cannot go to the kernel: read them
-  // here, synchronously, through File::PRead.
-  for (ReadRequest& r : requests) {
-    if (r.status.ok() && r.file->fd() < 0) {
-      r.status = DirectRead(r.file, alignment_, r.offset, r.length, r.dst);
-    }
-  }
   const std::vector<Piece> pieces = CutPieces(
       requests, alignment_, piece_bytes_, [](const ReadRequest& r) { return r.status.ok() && r.file->fd() >= 0; });
+  Completions completions(requests, pieces, on_done);
+  // Files without a descriptor (fault injection, in-memory) cannot go to the kernel: read them
+  // here, synchronously, through File::PRead, each told done as it is read.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ReadRequest& r = requests[i];
+    if (r.status.ok() && r.file->fd() < 0) {
+      r.status = DirectRead(r.file, alignment_, r.offset, r.length, r.dst);
+      completions.Done(i);
+    }
+  }
+  completions.Start();
 
   std::vector<size_t> free_slots;
   for (size_t i = slots_.size(); i > 0; --i) free_slots.push_back(i - 1);
@@ -372,11 +418,15 @@ Status UringReader::ReadAll(std::span<ReadRequest> requests) {
     while (!free_slots.empty() && next < pieces.size()) {
       const Piece& piece = pieces[next++];
       ReadRequest& r = requests[piece.request];
-      if (!r.status.ok()) continue;  // an earlier piece failed: skip the rest
+      if (!r.status.ok()) {  // an earlier piece failed: skip the rest
+        completions.PieceDone(piece.request);
+        continue;
+      }
       const size_t s = free_slots.back();
       Status prep = Prepare(&slots_[s], requests, piece);
       if (!prep.ok()) {
         r.status = std::move(prep);
+        completions.PieceDone(piece.request);
         continue;
       }
       if (!Queue(s, requests)) {
@@ -406,6 +456,7 @@ Status UringReader::ReadAll(std::span<ReadRequest> requests) {
       if (Complete(slot_index, res, requests)) {
         free_slots.push_back(slot_index);
         --in_flight;
+        completions.PieceDone(slots_[slot_index].request);
       }
     } while (io_uring_peek_cqe(&ring_, &cqe) == 0);
   }
@@ -417,10 +468,15 @@ Status UringReader::ReadAll(std::span<ReadRequest> requests) {
       io_uring_cqe_seen(&ring_, cqe);
       --in_flight;
     }
-    for (ReadRequest& r : requests) {
-      if (r.status.ok() && r.length > 0 && r.file->fd() >= 0) r.status = ring_failure;
+    // Requests already done keep their status: the caller may have used them.
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ReadRequest& r = requests[i];
+      if (!completions.Told(i) && r.status.ok() && r.length > 0 && r.file->fd() >= 0) {
+        r.status = ring_failure;
+      }
     }
   }
+  completions.Finish();
   return FirstFailure(requests);
 }
 

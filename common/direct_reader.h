@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -60,9 +61,16 @@ class BatchReader {
   virtual std::string_view backend() const = 0;
   virtual int queue_depth() const = 0;
 
+  // Called once per request as soon as its status is final (its bytes are in dst, or it
+  // failed), so a caller can use early requests while later ones are still in flight. It runs on
+  // a reading thread (several at once for the pread pool) and must be quick and thread-safe.
+  using RequestDone = std::function<void(size_t request)>;
+
   // Reads every request, filling each request's status independently (one failing request
-  // does not stop the others). Returns the first failure in request order, or OK.
-  virtual Status ReadAll(std::span<ReadRequest> requests) = 0;
+  // does not stop the others). Returns the first failure in request order, or OK. on_done, when
+  // set, is called for every request before ReadAll returns.
+  virtual Status ReadAll(std::span<ReadRequest> requests, const RequestDone& on_done) = 0;
+  Status ReadAll(std::span<ReadRequest> requests) { return ReadAll(requests, RequestDone()); }
 };
 
 }  // namespace k3

@@ -27,11 +27,28 @@ void AsyncBatch::Submit(std::vector<ReadRequest> reqs) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     batch_ = std::move(reqs);
+    arrived_.assign(batch_.size(), 0);
     submitted_ = true;
     done_ = false;
   }
   pending_ = true;
   cv_.notify_all();
+}
+
+bool AsyncBatch::Arrived(size_t i) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return i < arrived_.size() && arrived_[i] != 0;
+}
+
+Status AsyncBatch::WaitFor(size_t i, double* waited_seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return done_ || (i < arrived_.size() && arrived_[i] != 0); });
+  if (waited_seconds != nullptr) {
+    *waited_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return i < batch_.size() ? batch_[i].status : Status::Invalid("no such request (internal)");
 }
 
 std::vector<ReadRequest> AsyncBatch::Wait(double* waited_seconds) {
@@ -44,6 +61,7 @@ std::vector<ReadRequest> AsyncBatch::Wait(double* waited_seconds) {
   }
   submitted_ = done_ = false;
   pending_ = false;
+  arrived_.clear();
   return std::move(batch_);
 }
 
@@ -52,15 +70,22 @@ void AsyncBatch::Loop() {
   while (true) {
     cv_.wait(lk, [&] { return stop_ || (submitted_ && !done_); });
     if (stop_) return;
-    std::vector<ReadRequest> reqs = std::move(batch_);
+    // batch_ is not moved: the engine reads the statuses of arrived requests meanwhile.
+    const std::span<ReadRequest> reqs(batch_);
     lk.unlock();
     if (!reqs.empty()) {
       if (clock_ != nullptr) clock_->Begin();
-      (void)reader_->ReadAll(reqs);  // per-request statuses are the result
+      // Per-request statuses are the result.
+      (void)reader_->ReadAll(reqs, [this](size_t i) {
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          arrived_[i] = 1;
+        }
+        cv_.notify_all();
+      });
       if (clock_ != nullptr) clock_->End();
     }
     lk.lock();
-    batch_ = std::move(reqs);
     done_ = true;
     cv_.notify_all();
   }

@@ -3,14 +3,17 @@
 // projection) while they load (DESIGN.md §7 "Overlap").
 //
 // Protocol: Submit(batch) → the engine computes → Wait() returns the batch with each request's
-// status. At most one batch is in flight: callers Wait for (and publish) a pending batch before
-// they Submit the next. The destination buffers must stay valid until Wait returns.
-// Thread safety: Submit/Wait/pending from one engine thread.
+// status. Before that, Arrived(i)/WaitFor(i) let the engine use request i as soon as it is done
+// (its status final, its bytes in place) while the rest still load. At most one batch is in
+// flight: callers Wait for (and publish) a pending batch before they Submit the next. The
+// destination buffers must stay valid until Wait returns.
+// Thread safety: Submit/Wait/Arrived/WaitFor/pending from one engine thread.
 #pragma once
 
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -32,6 +35,11 @@ class AsyncBatch {
   // Blocks until the submitted batch is done and hands it back (statuses filled); adds the time
   // blocked to *waited_seconds.
   std::vector<ReadRequest> Wait(double* waited_seconds);
+  // Whether request i of the pending batch is done; its status, once it is.
+  bool Arrived(size_t i);
+  // Blocks until request i of the pending batch is done (adding the time blocked to
+  // *waited_seconds) and returns its status.
+  Status WaitFor(size_t i, double* waited_seconds);
 
   std::string_view backend() const { return reader_->backend(); }
 
@@ -42,7 +50,11 @@ class AsyncBatch {
   std::unique_ptr<BatchReader> reader_;
   std::mutex mu_;
   std::condition_variable cv_;
+  // The batch in flight. The reading thread writes request i's status before arrived_[i]; the
+  // engine reads a status only after seeing its flag (both under mu_), and never resizes batch_
+  // while it is submitted.
   std::vector<ReadRequest> batch_;
+  std::vector<char> arrived_;
   bool submitted_ = false, done_ = false, stop_ = false;
   bool pending_ = false;  // engine-side view
   std::thread thread_;

@@ -62,6 +62,7 @@ Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows
     waves.max_experts = weights_->ExpertWaveSize();
     waves.begin = [this, L](std::span<const int32_t> wave) { weights_->WillUse(L, wave); };
     waves.end = [this, L] { weights_->ReleaseExperts(L); };
+    waves.ready = [this, L](int64_t e) { return weights_->ExpertReady(L, static_cast<int>(e)); };
     Status s =
         ops::DecoderLayer(L, *w, experts, dims_, h.data(), T, &blocks, ls, &stats_, &waves);
     weights_->ReleaseExperts(L);

@@ -52,6 +52,7 @@ Status StreamingWeights::Init() {
   expert_files_.resize(prepared_->expert_paths.size());
   pinned_.resize(static_cast<size_t>(c.n_layers));
   batch_ = std::make_unique<AsyncBatch>(&io_clock_, options_.force_pread);
+  batch_index_.assign(static_cast<size_t>(std::max(c.n_experts, 0)), -1);
   reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, options_.force_pread);
   // Pinned layers are read at start-up, never on first touch.
   Progress pin_progress("pinned trunk layers", plan_.pinned_bytes,
@@ -309,43 +310,76 @@ void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missin
     r.length = p.rec->length;
     r.dst = arena_.data() + uint64_t(p.slot) * plan_.expert_slot_bytes;
     reqs.push_back(r);
+    batch_index_[static_cast<size_t>(p.expert)] = static_cast<int>(batch_pending_.size());
     batch_pending_.push_back(p);
   }
+  batch_bound_.assign(batch_pending_.size(), 0);
   if (reqs.empty()) return;
   batch_layer_ = layer;
   batch_->Submit(std::move(reqs));
 }
 
+// Collects the whole batch in flight and binds what was not bound yet.
 void StreamingWeights::Publish() {
   if (!batch_ || !batch_->pending()) return;
   std::vector<ReadRequest> reqs = batch_->Wait(&io_wait_);
-  const int layer = batch_layer_;
   for (size_t i = 0; i < batch_pending_.size(); ++i) {
-    const Pending& p = batch_pending_[i];
-    const std::string& path = prepared_->expert_paths[p.rec->file_id];
-    Status s = reqs[i].status;
-    if (!s.ok()) {
-      s = Status::Io(path + ": expert read at byte offset " + std::to_string(p.rec->offset) +
-                     " (+" + std::to_string(p.rec->length) + " bytes) failed: " + s.ToString());
-    } else {
-      counters_.experts += p.rec->length;
-      s = BindExpert(*prepared_, dims_, layer, p.expert,
-                     arena_.data() + uint64_t(p.slot) * plan_.expert_slot_bytes,
-                     options_.verify_reads, &slot_views_[static_cast<size_t>(p.slot)]);
-    }
-    if (!s.ok()) {
-      cache_.Drop(p.slot);
-      Fail(layer, p.expert, s.ToString());
-      continue;
-    }
-    ++stats_.expert_reads;
+    if (!batch_bound_[i]) Bind(i, reqs[i].status);
   }
+  for (const Pending& p : batch_pending_) batch_index_[static_cast<size_t>(p.expert)] = -1;
   batch_pending_.clear();
+  batch_bound_.clear();
+}
+
+// Request i of the batch in flight is done (read_status is its read's): bind its view, or drop
+// its slot and record why.
+void StreamingWeights::Bind(size_t i, Status read_status) {
+  batch_bound_[i] = 1;
+  const Pending& p = batch_pending_[i];
+  const std::string& path = prepared_->expert_paths[p.rec->file_id];
+  Status s = std::move(read_status);
+  if (!s.ok()) {
+    s = Status::Io(path + ": expert read at byte offset " + std::to_string(p.rec->offset) +
+                   " (+" + std::to_string(p.rec->length) + " bytes) failed: " + s.ToString());
+  } else {
+    counters_.experts += p.rec->length;
+    s = BindExpert(*prepared_, dims_, batch_layer_, p.expert,
+                   arena_.data() + uint64_t(p.slot) * plan_.expert_slot_bytes,
+                   options_.verify_reads, &slot_views_[static_cast<size_t>(p.slot)]);
+  }
+  if (!s.ok()) {
+    cache_.Drop(p.slot);
+    Fail(batch_layer_, p.expert, s.ToString());
+    return;
+  }
+  ++stats_.expert_reads;
+}
+
+// The expert's index in the batch in flight while it is not bound yet, else −1.
+int StreamingWeights::InFlight(int layer, int expert) const {
+  if (!batch_ || !batch_->pending() || batch_layer_ != layer) return -1;
+  const int i = batch_index_[static_cast<size_t>(expert)];
+  return i >= 0 && !batch_bound_[static_cast<size_t>(i)] ? i : -1;
+}
+
+bool StreamingWeights::ExpertReady(int layer, int expert) {
+  if (!Valid(layer, expert)) return true;
+  const int i = InFlight(layer, expert);
+  if (i < 0) return true;
+  if (!batch_->Arrived(static_cast<size_t>(i))) return false;
+  Bind(static_cast<size_t>(i), batch_->WaitFor(static_cast<size_t>(i), nullptr));
+  return true;
 }
 
 const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (!Valid(layer, expert)) return nullptr;
-  Publish();
+  if (const int i = InFlight(layer, expert); i >= 0) {
+    // Only this expert's read is waited for: the rest of the batch keeps loading while the
+    // caller computes with it.
+    Bind(static_cast<size_t>(i), batch_->WaitFor(static_cast<size_t>(i), &io_wait_));
+  } else if (batch_layer_ != layer) {
+    Publish();  // another layer's batch: collect it before touching the cache
+  }
   const uint64_t key = Key(layer, expert);
   if (failed_.count(key)) return nullptr;
   int s = cache_.Find(key);

@@ -8,8 +8,9 @@
 // then lm_head chunks, cyclically), so upcoming trunk layers load while a layer computes. A MoE
 // wave's missing experts are reserved serially in WillUse() and read as one batch (io_uring or a
 // pread pool, O_DIRECT, file-offset order) on a background thread; the model computes the shared
-// expert and the latent projection meanwhile, and the first Expert() call waits for the batch and
-// publishes what arrived.
+// expert and the latent projection meanwhile. Each expert is published as soon as its own read
+// is done (Expert() waits for that read only; ExpertReady() asks without waiting), so the model
+// computes the first experts while the rest still load.
 //
 // Invariants: a ring slot is not refilled while in use or before the walk consumed it
 // (trunk_ring.h). An expert slot is published (bound view, findable in the cache) only after its
@@ -78,6 +79,7 @@ class StreamingWeights final : public WeightSource {
   Result<const ops::LayerWeights*> Layer(int layer) override;
   void ReleaseLayer(int layer) override;
   const ops::GluWeights* Expert(int layer, int expert) override;
+  bool ExpertReady(int layer, int expert) override;
   void ReleaseExperts(int layer) override;
   void WillUse(int layer, std::span<const int32_t> experts) override;
   int64_t ExpertWaveSize() const override;
@@ -114,6 +116,8 @@ class StreamingWeights final : public WeightSource {
   Result<File*> ExpertFile(uint32_t file_id);
   void LoadExperts(int layer, const std::vector<int32_t>& missing);
   void Publish();  // collects the batch in flight, binds what arrived, records failures
+  void Bind(size_t i, Status read_status);
+  int InFlight(int layer, int expert) const;
   void Fail(int layer, int32_t expert, const std::string& why);
   bool Valid(int layer, int expert) const;
   uint64_t Key(int layer, int expert) const;  // the expert's record index (the cache key)
@@ -138,6 +142,8 @@ class StreamingWeights final : public WeightSource {
   std::unique_ptr<AsyncBatch> batch_;
   int batch_layer_ = -1;
   std::vector<Pending> batch_pending_;      // in request order of the batch in flight
+  std::vector<char> batch_bound_;           // [batch_pending_]: Bind() ran
+  std::vector<int> batch_index_;            // [n_experts]: index in batch_pending_, or −1
   int64_t step_ = 0;
   ExpertCache cache_;
   AlignedBuffer arena_;

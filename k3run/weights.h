@@ -105,6 +105,9 @@ class WeightSource {
   // Routed expert `expert` of MoE layer `layer`, or nullptr when it could not be read (or failed
   // its hash when verification is on); the failure is recorded in Failures().
   virtual const ops::GluWeights* Expert(int layer, int expert) = 0;
+  // Whether Expert(layer, expert) would return without waiting for a read (its read is done,
+  // or it was never in flight), so the model can compute the experts that are ready first.
+  virtual bool ExpertReady(int /*layer*/, int /*expert*/) { return true; }
   virtual void ReleaseExperts(int layer) = 0;
   // Called by the model the moment a MoE layer's routing is known, once per wave (ops::ExpertWaves):
   // the experts (ascending ids) whose Expert() calls follow before the next ReleaseExperts(layer).

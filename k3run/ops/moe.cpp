@@ -56,64 +56,77 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
   GluMlp(w.shared, d.situ_b1, d.situ_b2, x, T, shared.data());
 
   // 6a. each selected expert once, over all the rows that chose it; outputs into their slots.
-  // A wave's experts are looked up first, on this thread (the source may wait for its batch
-  // there), then computed in parallel, one expert per chunk on one thread: a routed expert's
-  // matrices are too small for a fork/join each. An expert writes only its own rows of `work`
-  // and its own slots, computed the same way on any thread, so the split never changes a bit.
+  // A wave is computed in rounds: the first expert not yet computed is looked up (on this
+  // thread: the source may wait for its read there), then every other one that is ready
+  // (waves->ready), and the round's experts compute in parallel, one expert per chunk on one
+  // thread (a routed expert's matrices are too small for a fork/join each) while the wave's
+  // remaining reads load. An expert writes only its own rows of `work` and its own slots,
+  // computed the same way on any thread in any round, so neither split changes a bit.
   std::vector<float> slots = buf(T * k * Lt);
   std::vector<char> have(static_cast<size_t>(T * k), 0);
   struct Job {
-    const GluWeights* w;
+    int32_t expert;
     int64_t first, n;  // its rows in `rows` (flat t·k + j, ascending)
+    const GluWeights* w = nullptr;
+    bool done = false;
   };
   std::vector<Job> jobs;
+  std::vector<const Job*> round;
   std::vector<int64_t> rows;
   std::vector<float> work;  // per gathered row: zin (then y) [Lt], g [I], u [I]
   const int64_t per_row = Lt + 2 * I;
+  auto run_job = [&](const Job& job) {
+    const int64_t n = job.n;
+    const int64_t* job_rows = rows.data() + job.first;
+    float* zin = work.data() + job.first * per_row;  // [n][Lt]; later y [n][Lt]
+    float* g = zin + n * Lt;                          // [n][I]
+    float* u = g + n * I;                             // [n][I]
+    for (int64_t q = 0; q < n; ++q) {
+      std::copy_n(z.data() + job_rows[q] / k * Lt, Lt, zin + q * Lt);
+    }
+    kernels::MatMulOnThisThread(job.w->gate, zin, n, g);
+    kernels::MatMulOnThisThread(job.w->up, zin, n, u);
+    SituGlu(g, u, n * I, d.situ_b1, d.situ_b2, g);
+    float* y = zin;  // zin is dead once gate and up have read it
+    kernels::MatMulOnThisThread(job.w->down, g, n, y);
+    for (int64_t q = 0; q < n; ++q) {
+      std::copy_n(y + q * Lt, Lt, slots.data() + job_rows[q] * Lt);
+      have[static_cast<size_t>(job_rows[q])] = 1;
+    }
+  };
   for (size_t wave_begin = 0; wave_begin < chosen.size(); wave_begin += wave_size) {
     const size_t wave_end = std::min(chosen.size(), wave_begin + wave_size);
     if (wave_begin > 0) begin_wave(wave_begin);
     jobs.clear();
     rows.clear();
     for (size_t ci = wave_begin; ci < wave_end; ++ci) {
-      const int32_t e = chosen[ci];
       const int64_t first = static_cast<int64_t>(rows.size());
       for (int64_t s = 0; s < T * k; ++s)
-        if (r.idx[static_cast<size_t>(s)] == e) rows.push_back(s);
-      const int64_t n = static_cast<int64_t>(rows.size()) - first;
-      const GluWeights* ew = experts(e);
-      if (ew == nullptr) {
-        if (stats) {
-          stats->experts_skipped += n;
-          stats->missing.push_back(e);
-        }
-        rows.resize(static_cast<size_t>(first));
-        continue;
-      }
-      jobs.push_back(Job{ew, first, n});
+        if (r.idx[static_cast<size_t>(s)] == chosen[ci]) rows.push_back(s);
+      jobs.push_back(Job{chosen[ci], first, static_cast<int64_t>(rows.size()) - first});
     }
     work.resize(rows.size() * static_cast<size_t>(per_row));
-    kernels::ParallelChunks(kernels::Threads(), static_cast<int64_t>(jobs.size()),
-                            [&](int64_t ji) {
-      const Job& job = jobs[static_cast<size_t>(ji)];
-      const int64_t n = job.n;
-      const int64_t* job_rows = rows.data() + job.first;
-      float* zin = work.data() + job.first * per_row;  // [n][Lt]; later y [n][Lt]
-      float* g = zin + n * Lt;                          // [n][I]
-      float* u = g + n * I;                             // [n][I]
-      for (int64_t q = 0; q < n; ++q) {
-        std::copy_n(z.data() + job_rows[q] / k * Lt, Lt, zin + q * Lt);
+    for (size_t next = 0; next < jobs.size();) {
+      round.clear();
+      for (size_t ji = next; ji < jobs.size(); ++ji) {
+        Job& job = jobs[ji];
+        if (job.done) continue;
+        if (ji != next && waves != nullptr && waves->ready && !waves->ready(job.expert)) continue;
+        job.done = true;
+        job.w = experts(job.expert);
+        if (job.w == nullptr) {
+          if (stats) {
+            stats->experts_skipped += job.n;
+            stats->missing.push_back(job.expert);
+          }
+          continue;
+        }
+        round.push_back(&job);
       }
-      kernels::MatMulOnThisThread(job.w->gate, zin, n, g);
-      kernels::MatMulOnThisThread(job.w->up, zin, n, u);
-      SituGlu(g, u, n * I, d.situ_b1, d.situ_b2, g);
-      float* y = zin;  // zin is dead once gate and up have read it
-      kernels::MatMulOnThisThread(job.w->down, g, n, y);
-      for (int64_t q = 0; q < n; ++q) {
-        std::copy_n(y + q * Lt, Lt, slots.data() + job_rows[q] * Lt);
-        have[static_cast<size_t>(job_rows[q])] = 1;
-      }
-    });
+      while (next < jobs.size() && jobs[next].done) ++next;
+      kernels::ParallelChunks(kernels::Threads(), static_cast<int64_t>(round.size()),
+                              [&](int64_t i) { run_job(*round[static_cast<size_t>(i)]); });
+    }
     if (waves != nullptr && waves->end) waves->end();
   }
 

@@ -24,12 +24,16 @@ using ExpertLookup = std::function<const GluWeights*(int64_t expert)>;
 // Lets a streaming caller bound how many distinct experts are held at once (DESIGN.md §7
 // "Multi-token passes"): the pass's expert union is visited in waves of at most max_experts
 // (ascending id order); begin(wave) runs before the wave's lookups (issue its batch read there),
-// end() after the wave's expert work (release its slots). Bits never change: outputs land in
-// per-(token, j) slots summed after the last wave.
+// end() after the wave's expert work (release its slots). ready(e), when set, says whether
+// expert e's lookup would return without waiting for its read: a wave is computed in rounds, each
+// taking the first expert not yet computed (waiting for it) plus every other one that is ready,
+// so experts compute while the rest of the wave's reads are in flight. Bits never change:
+// outputs land in per-(token, j) slots summed after the last wave.
 struct ExpertWaves {
   int64_t max_experts = 0;  // 0: one wave holding the whole union
   std::function<void(std::span<const int32_t> wave)> begin;
   std::function<void()> end;
+  std::function<bool(int64_t expert)> ready;  // null: every expert is ready
 };
 
 struct Routing {

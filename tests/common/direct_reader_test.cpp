@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -252,6 +253,103 @@ TEST(BatchReader, PrematureEofReportedThroughIoUring) {
   CheckEofIsolated(false);
 }
 TEST(BatchReader, PrematureEofReportedThroughPreadPool) { CheckEofIsolated(true); }
+
+// on_done: each request is told exactly once, before ReadAll returns, and at that moment its
+// status is final and (when ok) its bytes are all in place. Requests cut into many pieces, a
+// failing request, a zero-length one, an invalid one and files without a descriptor included.
+void CheckRequestDone(bool force_pread, bool fault_files) {
+  BatchFixture fx;
+  FaultEnv faulty;
+  faulty.SetRule(fx.path_b, FaultRule::EioAt(500000));
+  // 64 KiB pieces: the 300 KB requests finish piece by piece, possibly on different threads.
+  auto reader = BatchReader::Create(4, force_pread, 4096, 64 << 10);
+  auto fa = fault_files ? faulty.Open(fx.path_a, OpenMode::kReadDirect)
+                        : Env::Default()->Open(fx.path_a, OpenMode::kReadDirect);
+  auto fb = faulty.Open(fx.path_b, OpenMode::kRead);
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  std::vector<std::string> bufs = {std::string(300000, '\0'), std::string(1000, '\0'),
+                                   std::string(300001, '\0'), std::string(0, '\0'),
+                                   std::string(4096, '\0'), std::string(8, '\0')};
+  std::vector<ReadRequest> reqs = {
+      {fa->get(), 10, bufs[0].size(), bufs[0].data(), Status()},
+      {fb->get(), 499500, bufs[1].size(), bufs[1].data(), Status()},  // EIO at 500000
+      {fa->get(), 4096, bufs[2].size(), bufs[2].data(), Status()},
+      {fa->get(), 7, 0, nullptr, Status()},                            // zero length
+      {fb->get(), 0, bufs[4].size(), bufs[4].data(), Status()},
+      {fa->get(), 0, bufs[5].size(), nullptr, Status()},               // no destination
+  };
+  std::mutex mu;
+  std::vector<int> told(reqs.size(), 0);
+  std::vector<std::string> status_then(reqs.size());
+  std::vector<char> bytes_then(reqs.size(), 0);
+  const Status s = reader->ReadAll(reqs, [&](size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++told[i];
+    status_then[i] = reqs[i].status.ToString();
+    const std::string& src = reqs[i].file == fa->get() ? fx.a : fx.b;
+    bytes_then[i] = reqs[i].dst != nullptr &&
+                    std::string(static_cast<const char*>(reqs[i].dst), reqs[i].length) ==
+                        src.substr(reqs[i].offset, reqs[i].length);
+  });
+  EXPECT_EQ(s.code(), Code::kIo) << s.ToString();  // the first failure in request order
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(told[i], 1) << "request " << i;
+    EXPECT_EQ(status_then[i], reqs[i].status.ToString()) << "request " << i;
+    EXPECT_EQ(bytes_then[i] != 0, reqs[i].status.ok() && reqs[i].length > 0) << "request " << i;
+  }
+  EXPECT_EQ(reqs[1].status.code(), Code::kIo);
+  EXPECT_EQ(reqs[5].status.code(), Code::kInvalid);
+  EXPECT_TRUE(reqs[0].status.ok() && reqs[2].status.ok() && reqs[3].status.ok() &&
+              reqs[4].status.ok());
+}
+
+TEST(BatchReader, RequestDoneOncePerRequestWithFinalStatusThroughIoUring) {
+  if (!UringOrSkip(4)) GTEST_SKIP() << "io_uring unavailable";
+  CheckRequestDone(false, false);
+}
+TEST(BatchReader, RequestDoneOncePerRequestWithFinalStatusThroughPreadPool) {
+  CheckRequestDone(true, false);
+}
+TEST(BatchReader, RequestDoneOncePerRequestWithFinalStatusWithoutDescriptors) {
+  CheckRequestDone(false, true);
+  CheckRequestDone(true, true);
+}
+
+// The point of on_done: an early request is told while later ones are still to be read. With
+// one read in flight, pieces finish in request order, so requests must be told in order, each
+// before the next one's first piece completes (a reader that told everything at the end would
+// still tell them in order, so the bytes of the NEXT request are checked to be unread then).
+void CheckToldEarly(bool force_pread) {
+  BatchFixture fx;
+  auto reader = BatchReader::Create(1, force_pread, 4096, 64 << 10);
+  auto fa = Env::Default()->Open(fx.path_a, OpenMode::kReadDirect);
+  ASSERT_TRUE(fa.ok());
+  std::vector<std::string> bufs(6, std::string(200000, '\0'));
+  std::vector<ReadRequest> reqs;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    reqs.push_back({fa->get(), 4096 * (1 + 60 * i), bufs[i].size(), bufs[i].data(), Status()});
+  }
+  std::vector<size_t> order;
+  std::vector<char> next_untouched;
+  ASSERT_TRUE(reader
+                  ->ReadAll(reqs,
+                            [&](size_t i) {
+                              order.push_back(i);
+                              if (i + 1 < bufs.size()) {
+                                next_untouched.push_back(bufs[i + 1] ==
+                                                         std::string(200000, '\0'));
+                              }
+                            })
+                  .ok());
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(next_untouched, std::vector<char>(5, 1));
+}
+
+TEST(BatchReader, RequestToldBeforeLaterRequestsAreReadThroughIoUring) {
+  if (!UringOrSkip(1)) GTEST_SKIP() << "io_uring unavailable";
+  CheckToldEarly(false);
+}
+TEST(BatchReader, RequestToldBeforeLaterRequestsAreReadThroughPreadPool) { CheckToldEarly(true); }
 
 TEST(BatchReader, EmptyBatchAndZeroLengthRequests) {
   auto reader = BatchReader::Create();

@@ -149,6 +149,52 @@ TEST_P(AsyncBatchTest, ClockCountsTheBatch) {
   EXPECT_GT(clock.BusySeconds(), 0.0);
 }
 
+// WaitFor/Arrived hand the engine each request as soon as it is done, while a later request of
+// the same batch is still blocked in its read; a failing request's status comes back the same
+// way; Wait still returns the whole batch afterwards.
+TEST_P(AsyncBatchTest, EarlyRequestsArriveWhileALaterOneIsStillReading) {
+  MemFile a("/mem/a.bin", Pattern(40000, 9));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  a.on_read = [&](uint64_t offset, size_t) {
+    if (offset >= 30000) return Status::Io("/mem/a.bin: injected EIO at byte offset 30000");
+    if (offset < 20000) return Status::Ok();
+    std::unique_lock<std::mutex> lk(mu);  // request 2 waits for the gate (10 s at most)
+    if (!cv.wait_for(lk, std::chrono::seconds(10), [&] { return open; })) {
+      return Status::Io("gate never opened");
+    }
+    return Status::Ok();
+  };
+  AsyncBatch batch(nullptr, GetParam());
+  std::string d0, d1, d2, d3;
+  batch.Submit({Req(&a, 0, 5000, &d0), Req(&a, 30000, 100, &d3), Req(&a, 10000, 5000, &d1),
+                Req(&a, 20000, 5000, &d2)});
+  double waited = 0;
+  EXPECT_TRUE(batch.WaitFor(0, &waited).ok());
+  EXPECT_EQ(d0, a.data().substr(0, 5000));
+  const Status failed = batch.WaitFor(1, nullptr);
+  EXPECT_EQ(failed.code(), Code::kIo) << failed.ToString();
+  EXPECT_NE(failed.message().find("byte offset 30000"), std::string::npos) << failed.message();
+  EXPECT_TRUE(batch.WaitFor(2, nullptr).ok());
+  EXPECT_EQ(d1, a.data().substr(10000, 5000));
+  EXPECT_FALSE(batch.Arrived(3)) << "request 3 is still blocked in its read";
+  EXPECT_TRUE(batch.pending());
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    open = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(batch.WaitFor(3, nullptr).ok());
+  EXPECT_TRUE(batch.Arrived(3));
+  EXPECT_EQ(d2, a.data().substr(20000, 5000));
+  std::vector<ReadRequest> done = batch.Wait(nullptr);
+  ASSERT_EQ(done.size(), 4u);
+  EXPECT_TRUE(done[0].status.ok() && done[2].status.ok() && done[3].status.ok());
+  EXPECT_EQ(done[1].status.code(), Code::kIo);
+  EXPECT_FALSE(batch.Arrived(0)) << "a collected batch has nothing in flight";
+}
+
 // Destroyed with a batch pending (never collected by Wait): the destructor lets the batch finish
 // writing into the caller's buffer before it returns, whether or not the batch thread had picked
 // it up yet.

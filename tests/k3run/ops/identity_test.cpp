@@ -2,7 +2,9 @@
 // T rows in one call == T single-row calls with carried state (KDA, MLA KV cache, MoE, layers).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,76 @@ TEST(Identity, MoeTRowsEqualSingleSteps) {
     MoeBlock(w.moe, m.Experts(), d, x.data() + t * d.hidden, 1, ys.data() + t * d.hidden, &ss);
   EXPECT_TRUE(SameBits("moe out", yb, ys));
   EXPECT_EQ(sb.experts_skipped, 0);
+}
+
+// A streaming source's experts arrive one by one (ExpertWaves::ready): MoeApply computes them
+// in rounds as they arrive, in waves of any size, on any thread count, and must give the bits of
+// one plain pass. Each expert is looked up exactly once, and an expert is looked up before it
+// arrived only when it is the lowest one of its wave not yet looked up (the source waits for
+// it then); both kinds of lookup happen, so rounds really mix waited and arrived experts.
+TEST(Identity, MoeRoundsAsExpertsArriveEqualOnePass) {
+  KernelSettings restore;
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const LayerWeights w = m.Layer(false, false);
+  const std::vector<float> x = m.Activations(kT * d.hidden, 2.0f);
+  const Routing r = Route(w.moe, d, x.data(), kT);
+  const ExpertLookup all = m.Experts();
+  std::vector<float> want(x.size());
+  MoeStats plain;
+  MoeApply(w.moe, r, all, d, x.data(), kT, want.data(), &plain);
+  std::set<int64_t> used(r.idx.begin(), r.idx.end());
+  ASSERT_GT(used.size(), 3u) << "the test needs several experts per wave";
+  for (int64_t wave_size : {0, 1, 3}) {
+    for (int threads : {1, 2}) {
+      kernels::SetThreads(threads);
+      const std::string where =
+          "wave size " + std::to_string(wave_size) + ", " + std::to_string(threads) + " threads";
+      std::vector<int64_t> in_flight;  // this wave's reads, arriving from the highest id down
+      std::set<int64_t> arrived, not_looked;
+      std::vector<int64_t> looked;
+      int asks = 0, waited = 0, ready_lookups = 0;
+      ExpertWaves waves;
+      waves.max_experts = wave_size;
+      waves.begin = [&](std::span<const int32_t> wave) {
+        in_flight.assign(wave.begin(), wave.end());
+        not_looked = std::set<int64_t>(wave.begin(), wave.end());
+      };
+      waves.end = [&] { EXPECT_TRUE(not_looked.empty()) << where << ": a wave left experts"; };
+      waves.ready = [&](int64_t e) {
+        if (++asks % 2 == 0 && !in_flight.empty()) {  // one read completes every other ask
+          arrived.insert(in_flight.back());
+          in_flight.pop_back();
+        }
+        return arrived.count(e) > 0;
+      };
+      const ExpertLookup lookup = [&](int64_t e) {
+        EXPECT_EQ(not_looked.count(e), 1u) << where << ": expert " << e << " looked up twice";
+        if (arrived.count(e) == 0) {  // the source would block until e's read completes
+          EXPECT_EQ(e, *not_looked.begin()) << where << ": waited for a later expert first";
+          ++waited;
+          arrived.insert(e);
+          in_flight.erase(std::find(in_flight.begin(), in_flight.end(), e));
+        } else {
+          ++ready_lookups;
+        }
+        not_looked.erase(e);
+        looked.push_back(e);
+        return all(e);
+      };
+      std::vector<float> got(x.size());
+      MoeStats stats;
+      MoeApply(w.moe, r, lookup, d, x.data(), kT, got.data(), &stats, &waves);
+      EXPECT_TRUE(SameBits("moe out, " + where, got, want));
+      EXPECT_EQ(stats.experts_skipped, 0);
+      std::sort(looked.begin(), looked.end());
+      EXPECT_EQ(looked, std::vector<int64_t>(used.begin(), used.end())) << where;
+      EXPECT_GT(waited, 0) << where;
+      if (wave_size != 1) {
+        EXPECT_GT(ready_lookups, 0) << where;
+      }
+    }
+  }
 }
 
 // A 5-layer stack with the tiny preset's structure at block size 2: KDA dense, KDA MoE,

@@ -1,0 +1,304 @@
+// k3run/ops/math.h: the project-owned Exp/Tanh/Sigmoid against double-precision std::exp/std::tanh
+// (accuracy sweeps, special values, monotonicity), and the property they exist for: a loop GCC
+// vectorises gives the same bits as evaluating element by element through calls it cannot.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "k3run/ops/activation.h"
+#include "k3run/ops/math.h"
+
+namespace k3::ops {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+uint32_t Bits(float x) { return std::bit_cast<uint32_t>(x); }
+float FromBits(uint32_t b) { return std::bit_cast<float>(b); }
+
+// The spacing of floats at |ref| (2^-149 in the subnormal range), so |got − ref| / Ulp(ref) is the
+// error in units of the last place of the correctly rounded result.
+double Ulp(double ref) {
+  const double a = std::fabs(ref);
+  if (a < 0x1p-126) return 0x1p-149;
+  int e = 0;
+  std::frexp(a, &e);  // a = m·2^e, m ∈ [0.5, 1)
+  return std::ldexp(1.0, e - 24);
+}
+
+struct Worst {
+  double ulp = 0;
+  float at = 0;
+  float got = 0;
+  double want = 0;
+  void Add(float x, float g, double w) {
+    const double u = std::fabs(static_cast<double>(g) - w) / Ulp(w);
+    if (!(u <= ulp)) {  // also catches a NaN result
+      ulp = std::isnan(u) ? std::numeric_limits<double>::infinity() : u;
+      at = x;
+      got = g;
+      want = w;
+    }
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const Worst& w) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.3f ulp at x = %a (%.9g): got %.9g, want %.12g", w.ulp,
+                static_cast<double>(w.at), static_cast<double>(w.at), static_cast<double>(w.got),
+                w.want);
+  return os << buf;
+}
+
+// Every float whose bit pattern is lo, lo+stride, ... ≤ hi (same sign, lo ≤ hi as patterns).
+// The stride 61 (prime, ≈ every 64th float) reaches every value of the low mantissa bits, which a
+// power-of-two stride would pin.
+template <class F>
+void ForBits(uint32_t lo, uint32_t hi, uint32_t stride, F f) {
+  for (uint64_t b = lo; b <= hi; b += stride) f(FromBits(static_cast<uint32_t>(b)));
+}
+constexpr uint32_t kStride = 61;
+constexpr uint32_t kSign = 0x80000000u;
+
+// ---- Exp ---------------------------------------------------------------------------------------
+
+TEST(MathExp, AccuracySweepWithinTwoUlp) {
+  Worst w;
+  auto check = [&](float x) { w.Add(x, Exp(x), std::exp(static_cast<double>(x))); };
+  // Every 61st float of [−87.3, 88.72283] (normal results; both signs, down to the subnormal
+  // inputs around 0), then every float of [−1, −0.5] and [0.5, 1].
+  ForBits(0, Bits(0x1.62e42ep+6f), kStride, check);
+  ForBits(kSign, Bits(-87.3f), kStride, check);
+  ForBits(Bits(0.5f), Bits(1.0f), 1, check);
+  ForBits(Bits(-0.5f), Bits(-1.0f), 1, check);
+  std::printf("[ mathx    ] Exp max error %.3f ulp\n", w.ulp);
+  EXPECT_LE(w.ulp, 2.0) << "Exp worst case: " << w;
+}
+
+TEST(MathExp, SubnormalResultsWithinTwiceTheSmallestSubnormal) {
+  // Every float of [−104, −87.3]: results from just below FLT_MIN down to 0, rounded once.
+  Worst w;
+  ForBits(Bits(-87.3f), Bits(-104.0f), 1,
+          [&](float x) { w.Add(x, Exp(x), std::exp(static_cast<double>(x))); });
+  std::printf("[ mathx    ] Exp near/below FLT_MIN: max error %.3f x 2^-149 (or ulp)\n", w.ulp);
+  EXPECT_LE(w.ulp, 2.0) << "Exp worst case (absolute error in units of 2^-149): " << w;
+}
+
+TEST(MathExp, ZeroGivesExactlyOne) {
+  EXPECT_EQ(Bits(Exp(0.0f)), Bits(1.0f));
+  EXPECT_EQ(Bits(Exp(-0.0f)), Bits(1.0f));
+}
+
+TEST(MathExp, InfinitiesAndNaN) {
+  EXPECT_EQ(Exp(kInf), kInf);
+  EXPECT_EQ(Bits(Exp(-kInf)), Bits(0.0f));
+  EXPECT_TRUE(std::isnan(Exp(kNaN))) << Exp(kNaN);
+  EXPECT_TRUE(std::isnan(Exp(-kNaN))) << Exp(-kNaN);
+}
+
+TEST(MathExp, OverflowsExactlyAbove88_72283) {
+  const float last = 0x1.62e42ep+6f;  // 88.72283: e^last < FLT_MAX < e^next
+  EXPECT_TRUE(std::isfinite(Exp(last))) << Exp(last);
+  // Every float from the next one up to 2^8, then a few far ones.
+  uint64_t bad = 0;
+  float first_bad = 0;
+  ForBits(Bits(last) + 1, Bits(256.0f), 1, [&](float x) {
+    if (Exp(x) != kInf && bad++ == 0) first_bad = x;
+  });
+  EXPECT_EQ(bad, 0u) << "first finite result above 88.72283 at x = " << first_bad;
+  EXPECT_EQ(Exp(1e30f), kInf);
+  EXPECT_EQ(Exp(std::numeric_limits<float>::max()), kInf);
+}
+
+TEST(MathExp, UnderflowsToZeroBelowLnOfHalfTheSmallestSubnormal) {
+  // ln(2^-150) = −103.97208: below it the rounded result is +0 (the brief's "x < −103.97 → 0";
+  // between −103.97208 and −103.97 the correctly rounded result is 2^-149, and so is ours).
+  EXPECT_EQ(Bits(Exp(-103.97f)), Bits(0x1p-149f));
+  uint64_t bad = 0;
+  float first_bad = 0;
+  auto check = [&](float x) {
+    if (Bits(Exp(x)) != 0u && bad++ == 0) first_bad = x;
+  };
+  ForBits(Bits(-103.9721f), Bits(-110.0f), 1, check);  // every float near the threshold
+  ForBits(Bits(-110.0f), Bits(std::numeric_limits<float>::lowest()), 997, check);
+  EXPECT_EQ(bad, 0u) << "first non-zero result below ln(2^-150) at x = " << first_bad;
+  EXPECT_EQ(Bits(Exp(-1e30f)), 0u);
+  EXPECT_EQ(Bits(Exp(std::numeric_limits<float>::lowest())), 0u);
+}
+
+TEST(MathExp, NonDecreasingOverDenseIntervals) {
+  // Every float of each interval; each straddles a change of n (k + ½)·ln2, the underflow into
+  // subnormals, or the overflow point.
+  const float ranges[][2] = {{0.30f, 0.40f},   {-0.40f, -0.30f}, {10.0f, 10.1f},
+                             {-10.1f, -10.0f}, {88.0f, 89.0f},   {-104.0f, -86.0f}};
+  for (const auto& r : ranges) {
+    float x = r[0], prev = Exp(x);
+    while (x < r[1]) {
+      const float nx = std::nextafter(x, kInf), e = Exp(nx);
+      ASSERT_GE(e, prev) << "Exp decreases from x = " << x << " to " << nx << " in [" << r[0]
+                         << ", " << r[1] << "]";
+      x = nx;
+      prev = e;
+    }
+  }
+}
+
+// ---- Tanh --------------------------------------------------------------------------------------
+
+TEST(MathTanh, AccuracySweepWithinThreeUlp) {
+  Worst w;
+  auto check = [&](float x) { w.Add(x, Tanh(x), std::tanh(static_cast<double>(x))); };
+  // Every 61st float of [−9.2, 9.2] (subnormals, tiny, the polynomial region, the 1 − 2/(e+1)
+  // region, the start of saturation), every 4099th beyond, then every float of [0.5, 0.75] and
+  // [−0.75, −0.5], which holds the switch between the two formulas at 0.625.
+  ForBits(0, Bits(9.2f), kStride, check);
+  ForBits(kSign, Bits(-9.2f), kStride, check);
+  ForBits(Bits(9.2f), Bits(std::numeric_limits<float>::max()), 4099, check);
+  ForBits(Bits(-9.2f), Bits(std::numeric_limits<float>::lowest()), 4099, check);
+  ForBits(Bits(0.5f), Bits(0.75f), 1, check);
+  ForBits(Bits(-0.5f), Bits(-0.75f), 1, check);
+  std::printf("[ mathx    ] Tanh max error %.3f ulp\n", w.ulp);
+  EXPECT_LE(w.ulp, 3.0) << "Tanh worst case: " << w;
+}
+
+TEST(MathTanh, TinyArgumentsReturnThemselves) {
+  uint64_t bad = 0;
+  float first_bad = 0;
+  // Every 389th float below 2^-12 (all exponents, subnormals included), both signs.
+  ForBits(0, Bits(0x1p-12f), 389, [&](float x) {
+    if ((Bits(Tanh(x)) != Bits(x) || Bits(Tanh(-x)) != Bits(-x)) && bad++ == 0) first_bad = x;
+  });
+  EXPECT_EQ(bad, 0u) << "first |x| < 2^-12 with Tanh(x) != x: " << first_bad;
+}
+
+TEST(MathTanh, SignedZeros) {
+  EXPECT_EQ(Bits(Tanh(0.0f)), Bits(0.0f));
+  EXPECT_EQ(Bits(Tanh(-0.0f)), Bits(-0.0f));
+}
+
+TEST(MathTanh, InfinitiesAndNaN) {
+  EXPECT_EQ(Bits(Tanh(kInf)), Bits(1.0f));
+  EXPECT_EQ(Bits(Tanh(-kInf)), Bits(-1.0f));
+  EXPECT_TRUE(std::isnan(Tanh(kNaN))) << Tanh(kNaN);
+  EXPECT_TRUE(std::isnan(Tanh(-kNaN))) << Tanh(-kNaN);
+}
+
+TEST(MathTanh, SaturatesToExactlyOneFrom9_1) {
+  uint64_t bad = 0;
+  float first_bad = 0;
+  auto check = [&](float x) {
+    if ((Tanh(x) != 1.0f || Tanh(-x) != -1.0f) && bad++ == 0) first_bad = x;
+  };
+  ForBits(Bits(9.1f), Bits(10.0f), 1, check);  // every float near the threshold
+  ForBits(Bits(10.0f), Bits(std::numeric_limits<float>::max()), 997, check);
+  EXPECT_EQ(bad, 0u) << "first |x| >= 9.1 with Tanh(x) != ±1: " << first_bad;
+}
+
+TEST(MathTanh, IsOdd) {
+  uint64_t bad = 0;
+  float first_bad = 0;
+  ForBits(0, Bits(16.0f), 251, [&](float x) {
+    if (Bits(Tanh(-x)) != (Bits(Tanh(x)) ^ kSign) && bad++ == 0) first_bad = x;
+  });
+  EXPECT_EQ(bad, 0u) << "first x with Tanh(-x) != -Tanh(x): " << first_bad;
+}
+
+TEST(MathTanh, NonDecreasingAcrossTheFormulaSwitchAndSaturation) {
+  const float ranges[][2] = {{0.60f, 0.65f}, {-0.65f, -0.60f}, {9.0f, 9.2f}};
+  for (const auto& r : ranges) {
+    float x = r[0], prev = Tanh(x);
+    while (x < r[1]) {
+      const float nx = std::nextafter(x, kInf), t = Tanh(nx);
+      ASSERT_GE(t, prev) << "Tanh decreases from x = " << x << " to " << nx;
+      x = nx;
+      prev = t;
+    }
+  }
+}
+
+// ---- Sigmoid -----------------------------------------------------------------------------------
+
+TEST(MathSigmoid, SpecialValues) {
+  EXPECT_EQ(Sigmoid(0.0f), 0.5f);
+  EXPECT_EQ(Sigmoid(kInf), 1.0f);
+  EXPECT_EQ(Bits(Sigmoid(-kInf)), Bits(0.0f));
+  EXPECT_EQ(Sigmoid(100.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(Sigmoid(kNaN)));
+  EXPECT_EQ(Silu(100.0f), 100.0f);
+  EXPECT_EQ(Bits(Silu(-0.0f)), Bits(-0.0f));
+}
+
+TEST(MathSigmoid, AccuracySweep) {
+  // 1/(1+Exp(−z)): Exp's ≤ 2 ulp plus two roundings, shrunk by e/(1+e) ≤ 1 where it matters.
+  Worst w;
+  auto check = [&](float z) {
+    w.Add(z, Sigmoid(z), 1.0 / (1.0 + std::exp(-static_cast<double>(z))));
+  };
+  ForBits(0, Bits(0x1.62e42ep+6f), 127, check);  // every 127th float of [−87.3, 88.72283]
+  ForBits(kSign, Bits(-87.3f), 127, check);
+  std::printf("[ mathx    ] Sigmoid max error %.3f ulp\n", w.ulp);
+  EXPECT_LE(w.ulp, 3.0) << "Sigmoid worst case: " << w;
+}
+
+// ---- Vectorised loop == element by element -----------------------------------------------------
+
+// Scalar evaluations GCC cannot vectorise: one element per out-of-line call, made through volatile
+// function pointers so nothing is inlined into a loop.
+[[gnu::noinline]] float TanhOne(float x) { return Tanh(x); }
+[[gnu::noinline]] float SigmoidOne(float x) { return Sigmoid(x); }
+float (*volatile tanh_one)(float) = &TanhOne;
+float (*volatile sigmoid_one)(float) = &SigmoidOne;
+
+// SiTU-GLU written from MODEL.md §3.1 (same fp32 operation order), one element at a time.
+float SituOne(float g, float u, float b1, float b2) {
+  const float a = b1 * tanh_one(g / b1) * sigmoid_one(g);
+  return a * (b2 * tanh_one(u / b2));
+}
+
+std::vector<float> RandomActivations(size_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  // Edges mixed in: zeros, tiny, subnormal, saturating, huge, infinities.
+  const float edge[] = {0.0f, -0.0f, 1e-30f, -0x1p-140f, 0.625f, -0.625f, 36.4f, -36.4f,
+                        90.0f, -110.0f, 1e30f, -1e30f, kInf, -kInf};
+  for (size_t i = 0; i < std::size(edge); ++i) v[(i * 97 + 5) % n] = edge[i];
+  return v;
+}
+
+TEST(MathBitIdentity, SituGluLoopEqualsElementByElement) {
+  // 4099 is prime: not a multiple of any vector width, so the vector body and the scalar
+  // remainder both run. SituGlu is compiled with the ops library's flags, where it vectorises.
+  constexpr size_t n = 4099;
+  const float b1 = 4.0f, b2 = 25.0f;
+  const std::vector<float> gate = RandomActivations(n, 1, 4.0f), up = RandomActivations(n, 2, 40.0f);
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = SituOne(gate[i], up[i], b1, b2);
+
+  std::vector<float> y(n);
+  SituGlu(gate.data(), up.data(), static_cast<int64_t>(n), b1, b2, y.data());
+  std::vector<float> in_place = gate;  // y aliases gate, as GluMlp and MoeBlock call it
+  SituGlu(in_place.data(), up.data(), static_cast<int64_t>(n), b1, b2, in_place.data());
+  std::vector<float> shifted(n);  // an odd start, so the vector loop's alignment differs
+  SituGlu(gate.data() + 1, up.data() + 1, static_cast<int64_t>(n - 1), b1, b2, shifted.data() + 1);
+  shifted[0] = want[0];
+
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(Bits(y[i]), Bits(want[i])) << "separate y, element " << i << ": gate " << gate[i]
+                                         << " up " << up[i] << ": " << y[i] << " vs " << want[i];
+    ASSERT_EQ(Bits(in_place[i]), Bits(want[i])) << "y == gate, element " << i;
+    ASSERT_EQ(Bits(shifted[i]), Bits(want[i])) << "start at 1, element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace k3::ops

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -305,6 +308,96 @@ TEST(StreamingCli, MinimumBudgetRunMatchesDefaultRun) {
   EXPECT_EQ(low.exit_code, 0) << low.stderr_text;
   EXPECT_EQ(ram.stdout_text(), low.stdout_text());
   EXPECT_NE(low.stderr_text.find("streaming plan:"), std::string::npos) << low.stderr_text;
+}
+
+// --- experts published one by one ------------------------------------------------------------
+
+// Bytes of an MXFP4 expert matrix (packed nibbles and scales).
+std::string MatrixBytes(const kernels::Matrix& m) {
+  std::string b(static_cast<const char*>(m.data), static_cast<size_t>(m.rows * m.cols / 2));
+  b.append(reinterpret_cast<const char*>(m.scales),
+           static_cast<size_t>(m.rows * m.cols / kernels::kMxfp4GroupSize));
+  return b;
+}
+
+// Each expert of a wave can be used as soon as its OWN read is done: with one expert's read held
+// back, the others are ready and returned while it is still blocked, it is not ready, and it is
+// returned (with the bytes RAM weights give) once its read is let go. Through both readers.
+void CheckExpertsPublishedOneByOne(bool force_pread) {
+  const std::string& dir = TinyPreparedDir();
+  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const ModelConfig& c = p->manifest.config;
+  const int layer = c.first_dense;  // the first MoE layer
+  std::vector<int32_t> wave = {0, 1, 2};
+  // The io_uring reader reads descriptor-less (fault-injected) files one by one in request
+  // order, which is file-offset order: hold back the LAST read, so the others can finish first.
+  auto rec = [&](int32_t e) -> const prep::ExpertRecord& {
+    return p->experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(e));
+  };
+  const int32_t held = *std::max_element(wave.begin(), wave.end(), [&](int32_t a, int32_t b) {
+    return std::make_pair(rec(a).file_id, rec(a).offset) <
+           std::make_pair(rec(b).file_id, rec(b).offset);
+  });
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false, timed_out = false;
+  test::FaultRule gate;
+  gate.before_read = [&](uint64_t offset, size_t n) {
+    if (offset + n <= rec(held).offset || offset >= rec(held).offset + rec(held).length) return;
+    std::unique_lock<std::mutex> lk(mu);
+    if (!cv.wait_for(lk, std::chrono::seconds(10), [&] { return open; })) timed_out = true;
+  };
+  test::FaultEnv env;
+  for (const std::string& path : p->expert_paths) env.SetRule(path, gate);
+
+  BudgetRequest req;
+  req.budget_gb = 1e6;
+  Result<StreamingPlan> plan = PlanStreaming(*p, req, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  StreamingOptions options;
+  options.force_pread = force_pread;
+  Result<std::unique_ptr<StreamingWeights>> w = StreamingWeights::Open(&env, &*p, *plan, options);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  Result<std::unique_ptr<RamWeights>> ram = RamWeights::Open(Env::Default(), &*p);
+  ASSERT_TRUE(ram.ok()) << ram.status().ToString();
+
+  (*w)->WillUse(layer, wave);
+  for (int32_t e : wave) {
+    if (e == held) continue;
+    const ops::GluWeights* got = (*w)->Expert(layer, e);
+    ASSERT_NE(got, nullptr) << "expert " << e;
+    EXPECT_TRUE((*w)->ExpertReady(layer, e));
+    const ops::GluWeights* want = (*ram)->Expert(layer, e);
+    ASSERT_NE(want, nullptr);
+    EXPECT_EQ(MatrixBytes(got->gate), MatrixBytes(want->gate)) << "expert " << e;
+    EXPECT_EQ(MatrixBytes(got->down), MatrixBytes(want->down)) << "expert " << e;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    EXPECT_FALSE(timed_out) << "the other experts waited for the held read (the whole batch)";
+  }
+  EXPECT_FALSE((*w)->ExpertReady(layer, held)) << "its read is still held back";
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    open = true;
+  }
+  cv.notify_all();
+  const ops::GluWeights* got = (*w)->Expert(layer, held);
+  ASSERT_NE(got, nullptr);
+  EXPECT_TRUE((*w)->ExpertReady(layer, held));
+  EXPECT_EQ(MatrixBytes(got->up), MatrixBytes((*ram)->Expert(layer, held)->up));
+  (*w)->ReleaseExperts(layer);
+  EXPECT_EQ((*w)->stats().expert_reads, wave.size());
+  EXPECT_EQ((*w)->stats().expert_hits, 0u);
+  EXPECT_TRUE((*w)->Failures().empty());
+}
+
+TEST(StreamingExperts, EachExpertUsableWhenItsOwnReadIsDoneThroughIoUring) {
+  CheckExpertsPublishedOneByOne(false);
+}
+TEST(StreamingExperts, EachExpertUsableWhenItsOwnReadIsDoneThroughPreadPool) {
+  CheckExpertsPublishedOneByOne(true);
 }
 
 // --- read faults ----------------------------------------------------------------------------

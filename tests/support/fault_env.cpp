@@ -16,6 +16,7 @@ class FaultFile final : public File {
   Status PRead(uint64_t offset, size_t n, void* dst, size_t* got) override {
     *got = 0;
     const FaultRule& rule = state_->rule;
+    if (rule.before_read) rule.before_read(offset, n);
     if (rule.truncated_size) {
       if (offset >= *rule.truncated_size) return Status::Ok();
       n = static_cast<size_t>(std::min<uint64_t>(n, *rule.truncated_size - offset));

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,9 @@ struct FaultRule {
   bool fail_rename = false;
   // Sync fails with EIO.
   bool fail_sync = false;
+  // Called before every PRead of a matching file with its range (may block: tests use it to
+  // hold one read back while others complete).
+  std::function<void(uint64_t offset, size_t n)> before_read;
 
   // One-fault rules (designated initialisers trip -Wmissing-field-initializers on GCC 12).
   // Combine by setting further fields on the result.

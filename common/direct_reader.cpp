@@ -254,8 +254,7 @@ class PoolReader final : public BatchReader {
       }
       completions.PieceDone(piece.request);
     };
-    pool_.Run(pieces.size(), task);
-    completions.Finish();
+    pool_.Run(pieces.size(), task);  // every piece reports PieceDone, so all are told
     return FirstFailure(requests);
   }
 

@@ -313,7 +313,6 @@ void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missin
     batch_index_[static_cast<size_t>(p.expert)] = static_cast<int>(batch_pending_.size());
     batch_pending_.push_back(p);
   }
-  batch_bound_.assign(batch_pending_.size(), 0);
   if (reqs.empty()) return;
   batch_layer_ = layer;
   batch_->Submit(std::move(reqs));
@@ -324,18 +323,17 @@ void StreamingWeights::Publish() {
   if (!batch_ || !batch_->pending()) return;
   std::vector<ReadRequest> reqs = batch_->Wait(&io_wait_);
   for (size_t i = 0; i < batch_pending_.size(); ++i) {
-    if (!batch_bound_[i]) Bind(i, reqs[i].status);
+    if (!batch_pending_[i].bound) Bind(i, reqs[i].status);
   }
   for (const Pending& p : batch_pending_) batch_index_[static_cast<size_t>(p.expert)] = -1;
   batch_pending_.clear();
-  batch_bound_.clear();
 }
 
 // Request i of the batch in flight is done (read_status is its read's): bind its view, or drop
 // its slot and record why.
 void StreamingWeights::Bind(size_t i, Status read_status) {
-  batch_bound_[i] = 1;
-  const Pending& p = batch_pending_[i];
+  Pending& p = batch_pending_[i];
+  p.bound = true;
   const std::string& path = prepared_->expert_paths[p.rec->file_id];
   Status s = std::move(read_status);
   if (!s.ok()) {
@@ -359,7 +357,7 @@ void StreamingWeights::Bind(size_t i, Status read_status) {
 int StreamingWeights::InFlight(int layer, int expert) const {
   if (!batch_ || !batch_->pending() || batch_layer_ != layer) return -1;
   const int i = batch_index_[static_cast<size_t>(expert)];
-  return i >= 0 && !batch_bound_[static_cast<size_t>(i)] ? i : -1;
+  return i >= 0 && !batch_pending_[static_cast<size_t>(i)].bound ? i : -1;
 }
 
 bool StreamingWeights::ExpertReady(int layer, int expert) {

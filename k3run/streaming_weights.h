@@ -106,6 +106,7 @@ class StreamingWeights final : public WeightSource {
     int32_t expert;
     int slot;
     const prep::ExpertRecord* rec;
+    bool bound = false;  // Bind() ran: published, or dropped and recorded as failed
   };
   StreamingWeights(Env* env, const prep::PreparedDir* prepared, const StreamingPlan& plan,
                    const StreamingOptions& options);
@@ -142,7 +143,6 @@ class StreamingWeights final : public WeightSource {
   std::unique_ptr<AsyncBatch> batch_;
   int batch_layer_ = -1;
   std::vector<Pending> batch_pending_;      // in request order of the batch in flight
-  std::vector<char> batch_bound_;           // [batch_pending_]: Bind() ran
   std::vector<int> batch_index_;            // [n_experts]: index in batch_pending_, or −1
   int64_t step_ = 0;
   ExpertCache cache_;

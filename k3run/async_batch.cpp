@@ -1,4 +1,4 @@
-// The background batch reader (see async_batch.h).
+// The background batch queue (see async_batch.h).
 #include "k3run/async_batch.h"
 
 #include <chrono>
@@ -6,6 +6,15 @@
 #include <utility>
 
 namespace k3::run {
+
+namespace {
+
+void AddWaited(std::chrono::steady_clock::time_point t0, double* waited_seconds) {
+  if (waited_seconds == nullptr) return;
+  *waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
 
 AsyncBatch::AsyncBatch(IoClock* clock, bool force_pread)
     : clock_(clock),
@@ -15,78 +24,122 @@ AsyncBatch::AsyncBatch(IoClock* clock, bool force_pread)
 AsyncBatch::~AsyncBatch() {
   {
     std::unique_lock<std::mutex> lk(mu_);
-    // A batch in flight writes into caller buffers: let it finish before anything is freed.
-    cv_.wait(lk, [&] { return !submitted_ || done_; });
+    // Batches in flight write into caller buffers: let them finish before anything is freed.
+    cv_.wait(lk, [&] { return next_to_read_ == queue_.size(); });
     stop_ = true;
   }
   cv_.notify_all();
   thread_.join();
 }
 
-void AsyncBatch::Submit(std::vector<ReadRequest> reqs) {
+uint64_t AsyncBatch::Submit(std::vector<ReadRequest> reqs) {
+  uint64_t first;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    batch_ = std::move(reqs);
-    arrived_.assign(batch_.size(), 0);
-    submitted_ = true;
-    done_ = false;
+    first = next_ticket_;
+    next_ticket_ += reqs.size();
+    untaken_ += reqs.size();
+    Batch& b = queue_.emplace_back();
+    b.first = first;
+    b.arrived.assign(reqs.size(), 0);
+    b.taken.assign(reqs.size(), 0);
+    b.reqs = std::move(reqs);
   }
-  pending_ = true;
   cv_.notify_all();
+  return first;
 }
 
-bool AsyncBatch::Arrived(size_t i) {
+AsyncBatch::Batch* AsyncBatch::Find(uint64_t ticket) {
+  for (Batch& b : queue_) {
+    if (ticket >= b.first && ticket - b.first < b.reqs.size()) {
+      return b.taken[ticket - b.first] ? nullptr : &b;
+    }
+  }
+  return nullptr;
+}
+
+void AsyncBatch::DropTaken() {
+  while (next_to_read_ > 0 && queue_.front().read && queue_.front().n_taken == queue_.front().reqs.size()) {
+    queue_.pop_front();
+    --next_to_read_;
+  }
+}
+
+bool AsyncBatch::Arrived(uint64_t ticket) {
   std::lock_guard<std::mutex> lk(mu_);
-  return i < arrived_.size() && arrived_[i] != 0;
+  const Batch* b = Find(ticket);
+  return b != nullptr && b->arrived[ticket - b->first] != 0;
 }
 
-Status AsyncBatch::WaitFor(size_t i, double* waited_seconds) {
+Status AsyncBatch::WaitFor(uint64_t ticket, double* waited_seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return done_ || (i < arrived_.size() && arrived_[i] != 0); });
-  if (waited_seconds != nullptr) {
-    *waited_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (Find(ticket) == nullptr) return Status::Invalid("no such read request (internal)");
+  // The batch holding the ticket cannot be popped while the ticket is not taken.
+  cv_.wait(lk, [&] {
+    const Batch* b = Find(ticket);
+    return b->arrived[ticket - b->first] != 0;
+  });
+  AddWaited(t0, waited_seconds);
+  const Batch* b = Find(ticket);
+  return b->reqs[ticket - b->first].status;
+}
+
+Status AsyncBatch::Take(uint64_t ticket, double* waited_seconds) {
+  Status s = WaitFor(ticket, waited_seconds);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (Batch* b = Find(ticket)) {
+    b->taken[ticket - b->first] = 1;
+    ++b->n_taken;
+    --untaken_;
+    DropTaken();
   }
-  return i < batch_.size() ? batch_[i].status : Status::Invalid("no such request (internal)");
+  return s;
 }
 
 std::vector<ReadRequest> AsyncBatch::Wait(double* waited_seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return done_; });
-  if (waited_seconds != nullptr) {
-    *waited_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cv_.wait(lk, [&] { return next_to_read_ == queue_.size(); });
+  AddWaited(t0, waited_seconds);
+  std::vector<ReadRequest> out;
+  for (Batch& b : queue_) {
+    for (size_t i = 0; i < b.reqs.size(); ++i) {
+      if (!b.taken[i]) out.push_back(std::move(b.reqs[i]));
+    }
   }
-  submitted_ = done_ = false;
-  pending_ = false;
-  arrived_.clear();
-  return std::move(batch_);
+  queue_.clear();
+  next_to_read_ = 0;
+  untaken_ = 0;
+  return out;
 }
 
 void AsyncBatch::Loop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (true) {
-    cv_.wait(lk, [&] { return stop_ || (submitted_ && !done_); });
+    cv_.wait(lk, [&] { return stop_ || next_to_read_ < queue_.size(); });
     if (stop_) return;
-    // batch_ is not moved: the engine reads the statuses of arrived requests meanwhile.
-    const std::span<ReadRequest> reqs(batch_);
+    Batch& b = queue_[next_to_read_];
+    // b.reqs is neither moved nor resized while it is read: the engine reads the statuses of
+    // arrived requests meanwhile.
+    const std::span<ReadRequest> reqs(b.reqs);
     lk.unlock();
     if (!reqs.empty()) {
       if (clock_ != nullptr) clock_->Begin();
       // Per-request statuses are the result.
-      (void)reader_->ReadAll(reqs, [this](size_t i) {
+      (void)reader_->ReadAll(reqs, [this, &b](size_t i) {
         {
           std::lock_guard<std::mutex> g(mu_);
-          arrived_[i] = 1;
+          b.arrived[i] = 1;
         }
         cv_.notify_all();
       });
       if (clock_ != nullptr) clock_->End();
     }
     lk.lock();
-    done_ = true;
+    b.read = true;
+    ++next_to_read_;
+    DropTaken();
     cv_.notify_all();
   }
 }

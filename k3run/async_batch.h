@@ -1,16 +1,22 @@
-// AsyncBatch: one batch of reads in flight on a background thread, so the engine can issue a MoE
-// layer's expert reads the moment routing is known and compute (the shared expert, the latent
-// projection) while they load (DESIGN.md §7 "Overlap").
+// AsyncBatch: a queue of read batches served in order by one background thread, so the engine can
+// issue a MoE layer's expert reads the moment routing is known (and a guess of the next layer's
+// experts right behind them) and compute while they load (DESIGN.md §7 "Overlap").
 //
-// Protocol: Submit(batch) → the engine computes → Wait() returns the batch with each request's
-// status. Before that, Arrived(i)/WaitFor(i) let the engine use request i as soon as it is done
-// (its status final, its bytes in place) while the rest still load. At most one batch is in
-// flight: callers Wait for (and publish) a pending batch before they Submit the next. The
-// destination buffers must stay valid until Wait returns.
-// Thread safety: Submit/Wait/Arrived/WaitFor/pending from one engine thread.
+// Protocol: Submit(batch) queues the batch behind every batch submitted before and returns the
+// ticket of its first request; the batch's later requests have the next tickets. Tickets count up
+// from 0 for the object's lifetime. Arrived(t)/WaitFor(t) let the engine use request t as soon as
+// it is done (its status final, its bytes in place) while the rest still load; Take(t) does the
+// same and forgets the request. Wait() blocks until everything submitted is done and hands back
+// the requests not taken yet, in ticket order. A batch is dropped once it is read and every one of
+// its requests was taken, so a queue that never drains (each layer's batch submitted before the
+// previous guess finished) stays small. Destination buffers must stay valid until their request
+// is done.
+// Thread safety: every public method from one engine thread.
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -25,38 +31,51 @@ namespace k3::run {
 class AsyncBatch {
  public:
   AsyncBatch(IoClock* clock, bool force_pread);
-  ~AsyncBatch();  // waits for a batch in flight, then stops the thread
+  ~AsyncBatch();  // waits for every batch submitted, then stops the thread
 
-  // Starts reading `reqs` (in the given order: callers sort by file offset). Requires
-  // !pending().
-  void Submit(std::vector<ReadRequest> reqs);
-  // Whether a submitted batch has not been collected by Wait yet.
-  bool pending() const { return pending_; }
-  // Blocks until the submitted batch is done and hands it back (statuses filled); adds the time
-  // blocked to *waited_seconds.
+  // Queues `reqs` (read in the given order, after every earlier batch: callers sort by file
+  // offset) and returns the ticket of reqs[0].
+  uint64_t Submit(std::vector<ReadRequest> reqs);
+  // Whether a submitted request has not been taken (by Take or Wait) yet.
+  bool pending() const { return untaken_ > 0; }
+  // Blocks until every submitted request is done and hands back those not taken yet, in ticket
+  // order (statuses filled); adds the time blocked to *waited_seconds (may be null).
   std::vector<ReadRequest> Wait(double* waited_seconds);
-  // Whether request i of the pending batch is done; its status, once it is.
-  bool Arrived(size_t i);
-  // Blocks until request i of the pending batch is done (adding the time blocked to
-  // *waited_seconds) and returns its status.
-  Status WaitFor(size_t i, double* waited_seconds);
+  // Whether request `ticket` is done. False for a ticket never submitted or already taken.
+  bool Arrived(uint64_t ticket);
+  // Blocks until request `ticket` is done (adding the time blocked to *waited_seconds, may be
+  // null) and returns its status. kInvalid for a ticket never submitted or already taken.
+  Status WaitFor(uint64_t ticket, double* waited_seconds);
+  // WaitFor, then forgets the request.
+  Status Take(uint64_t ticket, double* waited_seconds);
 
   std::string_view backend() const { return reader_->backend(); }
 
  private:
+  struct Batch {
+    uint64_t first = 0;  // ticket of reqs[0]
+    std::vector<ReadRequest> reqs;
+    std::vector<char> arrived, taken;
+    size_t n_taken = 0;
+    bool read = false;  // the reading thread is done with it
+  };
   void Loop();
+  Batch* Find(uint64_t ticket);  // under mu_; null when not queued
+  void DropTaken();              // under mu_: pops leading batches that are read and all taken
 
   IoClock* clock_;
   std::unique_ptr<BatchReader> reader_;
   std::mutex mu_;
   std::condition_variable cv_;
-  // The batch in flight. The reading thread writes request i's status before arrived_[i]; the
-  // engine reads a status only after seeing its flag (both under mu_), and never resizes batch_
-  // while it is submitted.
-  std::vector<ReadRequest> batch_;
-  std::vector<char> arrived_;
-  bool submitted_ = false, done_ = false, stop_ = false;
-  bool pending_ = false;  // engine-side view
+  // Batches in ticket order. std::deque keeps references to its elements valid when others are
+  // pushed at the back or popped at the front: the reading thread uses its batch unlocked, and
+  // only batches it is done with are popped. A request's status is read only after its arrived
+  // flag is seen (both under mu_).
+  std::deque<Batch> queue_;
+  size_t next_to_read_ = 0;  // index in queue_ of the first batch not yet read
+  uint64_t next_ticket_ = 0;
+  bool stop_ = false;
+  size_t untaken_ = 0;  // engine-side count of submitted requests not yet taken
   std::thread thread_;
 };
 

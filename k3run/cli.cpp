@@ -370,6 +370,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     sopt.preload_experts = o.preload;
     sopt.progress = lines ? o.output.progress : ProgressMode::kNone;
     sopt.trace = trace.get();
+    sopt.prefetch_experts = o.prefetch_experts;
     K3_ASSIGN_OR_RETURN(std::unique_ptr<StreamingWeights> sw,
                         StreamingWeights::Open(env, &prepared, *splan, sopt));
     streaming = sw.get();
@@ -637,6 +638,11 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option_function<std::string>(
       "--cache-policy", [o](const std::string& v) { o->cache_policy = v; },
       "expert cache eviction: lru|s3fifo (default s3fifo)");
+  app->add_option("--prefetch-experts", o->prefetch_experts,
+                  "read ahead this many guesses of the next MoE layer's experts per layer, when "
+                  "its trunk is pinned and the cache has room (0: off; default " +
+                      std::to_string(kDefaultPrefetchExperts) + "; off with --dump-cache-trace)")
+      ->check(CLI::Range(0, 4096));
   AddOutputFlags(app, &o->output);
 }
 

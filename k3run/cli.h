@@ -7,6 +7,7 @@
 //         [--model-dir DIR] [--verify-reads] [--quiet] [--progress MODE]
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
 //         [--preload] [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
+//         [--prefetch-experts N]
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, streaming_plan.h) and the plan refuses below its minimum (exit 2).
@@ -40,6 +41,10 @@
 
 namespace k3::run {
 
+// Guesses of the next MoE layer's experts read ahead per layer (docs/STREAMING.md "Reading
+// ahead": chosen on the bench preset's budget ladder).
+inline constexpr int kDefaultPrefetchExperts = 8;
+
 struct RunOptions {
   std::string prepared;
   std::string ids;                // "1,2,3"
@@ -69,6 +74,7 @@ struct RunOptions {
   bool no_floor = false;          // --no-floor: skip the bandwidth probes
   bool preload = false;           // --preload: every expert read at start-up
   double probe_seconds = 0.15;    // --probe-seconds
+  int prefetch_experts = kDefaultPrefetchExperts;  // --prefetch-experts (0: off)
   OutputOptions output;
 };
 

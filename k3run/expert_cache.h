@@ -44,6 +44,7 @@ class ExpertCache {
   // Forget the key in `slot` (its read failed): the slot becomes free.
   void Drop(int slot);
   void Pin(int slot) { pinned_[static_cast<size_t>(slot)] = 1; }
+  void Unpin(int slot) { pinned_[static_cast<size_t>(slot)] = 0; }
   void UnpinAll();
 
   int slots() const { return static_cast<int>(key_.size()); }

@@ -14,8 +14,10 @@ namespace {
 using nlohmann::json;
 
 json BytesJson(const ReadCounters& c) {
-  return json{{"trunk", c.trunk},     {"experts", c.experts}, {"embedding", c.embedding},
-              {"lm_head", c.lm_head}, {"head", c.head},       {"total", c.total()}};
+  return json{{"trunk", c.trunk},     {"experts", c.experts},
+              {"embedding", c.embedding}, {"lm_head", c.lm_head},
+              {"head", c.head},       {"prefetch_unused", c.prefetch_unused},
+              {"total", c.total()}};
 }
 
 // What a set of steps adds up to.
@@ -114,6 +116,8 @@ std::string RenderReportJson(const RunReport& r) {
                          {"expert_hits", s.source.expert_hits},
                          {"expert_hit_rate",
                           NullableRate(s.source.expert_hits, s.source.expert_requests)},
+                         {"expert_guesses", s.source.expert_guesses},
+                         {"expert_guesses_used", s.source.expert_guesses_used},
                          {"io_busy_s", s.source.io_busy_seconds},
                          {"io_wait_s", s.source.io_wait_seconds}});
   }
@@ -128,8 +132,8 @@ std::string RenderReportJson(const RunReport& r) {
   const Totals decode = DecodeSteps(r.steps);
   const uint64_t nd = std::max<uint64_t>(decode.steps, 1);
   const ReadCounters& db = decode.bytes;
-  const ReadCounters per_token{db.trunk / nd, db.experts / nd, db.embedding / nd,
-                               db.lm_head / nd, db.head / nd};
+  const ReadCounters per_token{db.trunk / nd,   db.experts / nd, db.embedding / nd,
+                               db.lm_head / nd, db.head / nd,    db.prefetch_unused / nd};
   json floor = nullptr;
   if (std::optional<FloorResult> f = RunFloor(r)) {
     const Bandwidths& b = *r.bandwidths;
@@ -168,7 +172,10 @@ std::string RenderReportJson(const RunReport& r) {
                                     {"expert_evictions", st.expert_evictions},
                                     {"waves", st.waves},
                                     {"ring_loads", st.ring_loads},
-                                    {"ring_resyncs", st.ring_resyncs}}},
+                                    {"ring_resyncs", st.ring_resyncs},
+                                    {"prefetches", st.prefetches},
+                                    {"prefetch_used", st.prefetch_used},
+                                    {"prefetch_failed", st.prefetch_failed}}},
                      {"reader", r.reader_backend}};
   }
   json j = {
@@ -196,6 +203,10 @@ std::string RenderReportJson(const RunReport& r) {
             {"bytes_per_token", BytesJson(per_token)},
             {"expert_hit_rate",
              NullableRate(all.source.expert_hits, all.source.expert_requests)},
+            {"expert_guesses", all.source.expert_guesses},
+            {"expert_guesses_used", all.source.expert_guesses_used},
+            {"expert_guess_precision",
+             NullableRate(all.source.expert_guesses_used, all.source.expert_guesses)},
             {"io_busy_s", busy},
             {"io_wait_s", wait},
             {"io_share", secs > 0 ? json(busy / secs) : json(nullptr)},
@@ -238,10 +249,20 @@ std::string StepLine(const StepRecord& s) {
   line += "  read " + FormatIecBytes(double(b.total())) + " (trunk " +
           FormatIecBytes(double(b.trunk)) + ", experts " + FormatIecBytes(double(b.experts)) +
           ", embedding " + FormatIecBytes(double(b.embedding)) + ", lm_head " +
-          FormatIecBytes(double(b.lm_head)) + ", head " + FormatIecBytes(double(b.head)) + ")";
+          FormatIecBytes(double(b.lm_head)) + ", head " + FormatIecBytes(double(b.head));
+  if (b.prefetch_unused > 0) {
+    line += ", unused guesses " + FormatIecBytes(double(b.prefetch_unused));
+  }
+  line += ")";
   if (s.source.expert_requests > 0) {
     std::snprintf(head, sizeof head, "  expert hits %.1f %%",
                   100.0 * double(s.source.expert_hits) / double(s.source.expert_requests));
+    line += head;
+  }
+  if (s.source.expert_guesses > 0) {
+    std::snprintf(head, sizeof head, ", guessed %.1f %%",
+                  100.0 * double(s.source.expert_guesses_used) /
+                      double(std::max<uint64_t>(s.source.expert_requests, 1)));
     line += head;
   }
   return line;
@@ -263,7 +284,11 @@ std::string SummaryLines(const RunReport& r) {
   out += "; read " + FormatIecBytes(double(t.total())) + " (trunk " +
          FormatIecBytes(double(t.trunk)) + ", experts " + FormatIecBytes(double(t.experts)) +
          ", embedding " + FormatIecBytes(double(t.embedding)) + ", lm_head " +
-         FormatIecBytes(double(t.lm_head)) + "); peak RSS " +
+         FormatIecBytes(double(t.lm_head)) +
+         (t.prefetch_unused > 0
+              ? ", unused guesses " + FormatIecBytes(double(t.prefetch_unused))
+              : std::string()) +
+         "); peak RSS " +
          FormatIecBytes(double(r.peak_rss_bytes)) + " (plan " +
          FormatIecBytes(double(r.plan.total())) + ")";
   const double busy = all.source.io_busy_seconds, wait = all.source.io_wait_seconds;
@@ -272,6 +297,18 @@ std::string SummaryLines(const RunReport& r) {
                   "\nI/O: busy %.3f s = %.1f %% of wall clock; %.1f %% of it hidden behind "
                   "compute (engine waited %.3f s)",
                   busy, 100.0 * busy / secs, 100.0 * std::max(0.0, busy - wait) / busy, wait);
+    out += buf;
+  }
+  if (all.source.expert_guesses > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "\nread ahead: %llu guesses of the next layer's experts, %llu used (%.1f %% of "
+                  "guesses, %.1f %% of expert requests)",
+                  static_cast<unsigned long long>(all.source.expert_guesses),
+                  static_cast<unsigned long long>(all.source.expert_guesses_used),
+                  100.0 * double(all.source.expert_guesses_used) /
+                      double(all.source.expert_guesses),
+                  100.0 * double(all.source.expert_guesses_used) /
+                      double(std::max<uint64_t>(all.source.expert_requests, 1)));
     out += buf;
   }
   if (std::optional<FloorResult> f = RunFloor(r)) {

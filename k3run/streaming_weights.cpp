@@ -52,7 +52,12 @@ Status StreamingWeights::Init() {
   expert_files_.resize(prepared_->expert_paths.size());
   pinned_.resize(static_cast<size_t>(c.n_layers));
   batch_ = std::make_unique<AsyncBatch>(&io_clock_, options_.force_pread);
-  batch_index_.assign(static_cast<size_t>(std::max(c.n_experts, 0)), -1);
+  // Guesses need slots of their own beside a whole top-k wave; a trace must see the cache as
+  // routing alone drives it (the replay re-runs routing only).
+  if (options_.trace == nullptr && options_.prefetch_experts > 0 &&
+      plan_.expert_slots - 1 - options_.prefetch_experts >= c.topk) {
+    prefetch_budget_ = options_.prefetch_experts;
+  }
   reader_ = BatchReader::Create(BatchReader::kDefaultQueueDepth, options_.force_pread);
   // Pinned layers are read at start-up, never on first touch.
   Progress pin_progress("pinned trunk layers", plan_.pinned_bytes,
@@ -243,28 +248,91 @@ Result<File*> StreamingWeights::ExpertFile(uint32_t file_id) {
 }
 
 int64_t StreamingWeights::ExpertWaveSize() const {
-  return std::max<int64_t>(1, plan_.expert_slots - 1);
+  return std::max<int64_t>(1, plan_.expert_slots - 1 - prefetch_budget_);
 }
 
 void StreamingWeights::WillUse(int layer, std::span<const int32_t> experts) {
-  Publish();  // a previous wave's batch (a caller that skipped Expert) is collected first
+  Reap();
   ++stats_.waves;
   if (options_.trace != nullptr) options_.trace->Wave(step_, layer, experts);
+  const bool claims = guess_layer_ == layer;
   std::vector<int32_t> missing;
   for (int32_t e : experts) {
     if (!Valid(layer, e)) continue;
     const uint64_t key = Key(layer, e);
     if (failed_.count(key)) continue;
     ++stats_.expert_requests;
+    if (auto it = in_flight_.find(key); it != in_flight_.end()) {
+      // A guess still loading (its slot stays pinned until it is bound).
+      if (it->second.kind == ReadKind::kGuess && claims && guessed_.erase(key)) {
+        ++stats_.prefetch_used;
+      } else if (it->second.kind == ReadKind::kUnused) {
+        // A later wave of the same pass picks a guess settled as unused (in this pass, so this
+        // step's count never goes below zero): its bytes move to the expert bytes, at bind.
+        counters_.prefetch_unused -= it->second.rec->length;
+      }
+      it->second.kind = ReadKind::kRouted;
+      continue;
+    }
     const int s = cache_.Lookup(key);
-    if (s >= 0) {
-      ++stats_.expert_hits;
-      cache_.Pin(s);
-    } else {
+    if (s < 0) {
       missing.push_back(e);
+      continue;
+    }
+    cache_.Pin(s);
+    if (claims && guessed_.erase(key)) {
+      // Arrived on a guess for this very layer: a read the token needed, not a true hit.
+      ++stats_.prefetch_used;
+      counters_.experts += prepared_->experts.records[key].length;
+    } else {
+      ++stats_.expert_hits;
     }
   }
-  LoadExperts(layer, missing);
+  if (claims) SettleGuesses();
+  LoadExperts(layer, missing, ReadKind::kRouted);
+}
+
+// Counted now, whether or not the read has arrived: a step's bytes must not depend on when a
+// read finishes (a guess still loading at the end of the run would never be counted).
+void StreamingWeights::SettleGuesses() {
+  for (uint64_t key : guessed_) {
+    if (auto it = in_flight_.find(key); it != in_flight_.end()) it->second.kind = ReadKind::kUnused;
+    counters_.prefetch_unused += prepared_->experts.records[key].length;
+  }
+  guessed_.clear();
+  guess_layer_ = -1;
+}
+
+int64_t StreamingWeights::PrefetchBudget(int layer) const {
+  return HeldLayer(layer) != nullptr ? prefetch_budget_ : 0;
+}
+
+const ops::LayerWeights* StreamingWeights::HeldLayer(int layer) const {
+  if (layer < 0 || layer >= static_cast<int>(pinned_.size())) return nullptr;
+  const auto& h = pinned_[static_cast<size_t>(layer)];
+  return h ? &h->view.w : nullptr;
+}
+
+void StreamingWeights::Prefetch(int layer, std::span<const int32_t> guesses) {
+  if (prefetch_budget_ == 0) return;
+  Reap();
+  if (guess_layer_ >= 0) SettleGuesses();
+  // Guesses still loading count against the budget: they hold pinned slots.
+  int64_t room = prefetch_budget_;
+  for (const auto& [key, r] : in_flight_) {
+    if (r.kind != ReadKind::kRouted) --room;
+  }
+  std::vector<int32_t> read;
+  for (int32_t e : guesses) {
+    if (static_cast<int64_t>(read.size()) >= room) break;
+    if (!Valid(layer, e)) continue;
+    const uint64_t key = Key(layer, e);
+    if (failed_.count(key) || in_flight_.count(key) || cache_.Find(key) >= 0) continue;
+    if (std::find(read.begin(), read.end(), e) != read.end()) continue;
+    read.push_back(e);
+  }
+  guess_layer_ = layer;
+  LoadExperts(layer, read, ReadKind::kGuess);
 }
 
 void StreamingWeights::Fail(int layer, int32_t expert, const std::string& why) {
@@ -272,119 +340,139 @@ void StreamingWeights::Fail(int layer, int32_t expert, const std::string& why) {
   failures_.push_back(ExpertFailure{layer, expert, why});
 }
 
-// Reserve serially, then read in one batch in file-offset order on the batch thread; Publish()
-// binds only what arrived intact.
-void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& missing) {
-  std::vector<Pending> pending;
-  for (int32_t e : missing) {
+// Reserve serially, then read in one batch in file-offset order on the batch thread; Bind()
+// publishes only what arrived intact.
+size_t StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& experts,
+                                     ReadKind kind) {
+  struct Planned {
+    int32_t expert;
+    int slot;
+    const prep::ExpertRecord* rec;
+    File* file;
+  };
+  const bool guess = kind == ReadKind::kGuess;
+  std::vector<Planned> planned;
+  for (int32_t e : experts) {
     const uint64_t key = Key(layer, e);
     const prep::ExpertRecord& rec = prepared_->experts.records[key];
+    Result<File*> f = ExpertFile(rec.file_id);
+    std::string why;
     if (rec.length > plan_.expert_slot_bytes) {
-      Fail(layer, e, "expert record of " + std::to_string(rec.length) +
-                         " bytes exceeds the slot size");
+      why = "expert record of " + std::to_string(rec.length) + " bytes exceeds the slot size";
+    } else if (!f.ok()) {
+      why = f.status().ToString();
+    }
+    if (!why.empty()) {
+      if (!guess) Fail(layer, e, why);  // a guess is only dropped: a miss reads it again
       continue;
     }
     const int s = cache_.Reserve(key);
     if (s < 0) {
-      Fail(layer, e, "no free expert slot (internal: the wave is larger than the cache allows)");
+      if (!guess) {
+        Fail(layer, e, "no free expert slot (internal: the wave is larger than the cache allows)");
+      }
       continue;
     }
-    pending.push_back(Pending{e, s, &rec});
+    planned.push_back(Planned{e, s, &rec, *f});
   }
-  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+  std::sort(planned.begin(), planned.end(), [](const Planned& a, const Planned& b) {
     return a.rec->file_id != b.rec->file_id ? a.rec->file_id < b.rec->file_id
                                             : a.rec->offset < b.rec->offset;
   });
+  if (planned.empty()) return 0;
   std::vector<ReadRequest> reqs;
-  batch_pending_.clear();
-  for (const Pending& p : pending) {
-    Result<File*> f = ExpertFile(p.rec->file_id);
-    if (!f.ok()) {
-      cache_.Drop(p.slot);
-      Fail(layer, p.expert, f.status().ToString());
-      continue;
-    }
+  for (const Planned& p : planned) {
     ReadRequest r;
-    r.file = *f;
+    r.file = p.file;
     r.offset = p.rec->offset;
     r.length = p.rec->length;
     r.dst = arena_.data() + uint64_t(p.slot) * plan_.expert_slot_bytes;
     reqs.push_back(r);
-    batch_index_[static_cast<size_t>(p.expert)] = static_cast<int>(batch_pending_.size());
-    batch_pending_.push_back(p);
   }
-  if (reqs.empty()) return;
-  batch_layer_ = layer;
-  batch_->Submit(std::move(reqs));
+  const uint64_t first = batch_->Submit(std::move(reqs));
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Planned& p = planned[i];
+    const uint64_t key = Key(layer, p.expert);
+    in_flight_.emplace(key, InFlightRead{layer, p.expert, p.slot, p.rec, first + i, kind});
+    if (guess) {
+      guessed_.insert(key);
+      ++stats_.prefetches;
+    }
+  }
+  return planned.size();
 }
 
-// Collects the whole batch in flight and binds what was not bound yet.
-void StreamingWeights::Publish() {
-  if (!batch_ || !batch_->pending()) return;
-  std::vector<ReadRequest> reqs = batch_->Wait(&io_wait_);
-  for (size_t i = 0; i < batch_pending_.size(); ++i) {
-    if (!batch_pending_[i].bound) Bind(i, reqs[i].status);
+void StreamingWeights::Reap() {
+  std::vector<uint64_t> arrived;
+  for (const auto& [key, r] : in_flight_) {
+    if (batch_->Arrived(r.ticket)) arrived.push_back(key);
   }
-  for (const Pending& p : batch_pending_) batch_index_[static_cast<size_t>(p.expert)] = -1;
-  batch_pending_.clear();
+  for (uint64_t key : arrived) Bind(key, batch_->Take(in_flight_.at(key).ticket, nullptr));
 }
 
-// Request i of the batch in flight is done (read_status is its read's): bind its view, or drop
-// its slot and record why.
-void StreamingWeights::Bind(size_t i, Status read_status) {
-  Pending& p = batch_pending_[i];
-  p.bound = true;
-  const std::string& path = prepared_->expert_paths[p.rec->file_id];
+// The read of `key` is done (read_status is its status): bind its view, or drop its slot and
+// record why (a guess not claimed by routing is only dropped).
+void StreamingWeights::Bind(uint64_t key, Status read_status) {
+  const InFlightRead r = in_flight_.at(key);
+  in_flight_.erase(key);
+  const std::string& path = prepared_->expert_paths[r.rec->file_id];
   Status s = std::move(read_status);
   if (!s.ok()) {
-    s = Status::Io(path + ": expert read at byte offset " + std::to_string(p.rec->offset) +
-                   " (+" + std::to_string(p.rec->length) + " bytes) failed: " + s.ToString());
+    s = Status::Io(path + ": expert read at byte offset " + std::to_string(r.rec->offset) +
+                   " (+" + std::to_string(r.rec->length) + " bytes) failed: " + s.ToString());
   } else {
-    counters_.experts += p.rec->length;
-    s = BindExpert(*prepared_, dims_, batch_layer_, p.expert,
-                   arena_.data() + uint64_t(p.slot) * plan_.expert_slot_bytes,
-                   options_.verify_reads, &slot_views_[static_cast<size_t>(p.slot)]);
+    s = BindExpert(*prepared_, dims_, r.layer, r.expert,
+                   arena_.data() + uint64_t(r.slot) * plan_.expert_slot_bytes,
+                   options_.verify_reads, &slot_views_[static_cast<size_t>(r.slot)]);
   }
   if (!s.ok()) {
-    cache_.Drop(p.slot);
-    Fail(batch_layer_, p.expert, s.ToString());
+    cache_.Drop(r.slot);
+    if (r.kind == ReadKind::kRouted) {
+      Fail(r.layer, r.expert, s.ToString());
+    } else if (r.kind == ReadKind::kGuess) {
+      ++stats_.prefetch_failed;  // never claimed now: a miss reads it again
+      guessed_.erase(key);
+    }
+    // kUnused: settled (and counted) already; nothing asked for it.
     return;
   }
   ++stats_.expert_reads;
-}
-
-// The expert's index in the batch in flight while it is not bound yet, else −1.
-int StreamingWeights::InFlight(int layer, int expert) const {
-  if (!batch_ || !batch_->pending() || batch_layer_ != layer) return -1;
-  const int i = batch_index_[static_cast<size_t>(expert)];
-  return i >= 0 && !batch_pending_[static_cast<size_t>(i)].bound ? i : -1;
+  if (r.kind == ReadKind::kRouted) {
+    counters_.experts += r.rec->length;
+    return;  // stays pinned: the current wave uses it
+  }
+  // A guess nobody uses yet: an ordinary cache entry from now on. Its layer's routing pins it
+  // again if it picks it; its bytes are counted then, or when the guess is settled.
+  cache_.Unpin(r.slot);
 }
 
 bool StreamingWeights::ExpertReady(int layer, int expert) {
   if (!Valid(layer, expert)) return true;
-  const int i = InFlight(layer, expert);
-  if (i < 0) return true;
-  if (!batch_->Arrived(static_cast<size_t>(i))) return false;
-  Bind(static_cast<size_t>(i), batch_->WaitFor(static_cast<size_t>(i), nullptr));
+  const uint64_t key = Key(layer, expert);
+  const auto it = in_flight_.find(key);
+  if (it == in_flight_.end()) return true;
+  if (!batch_->Arrived(it->second.ticket)) return false;
+  Bind(key, batch_->Take(it->second.ticket, nullptr));
   return true;
 }
 
 const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (!Valid(layer, expert)) return nullptr;
-  if (const int i = InFlight(layer, expert); i >= 0) {
-    // Only this expert's read is waited for: the rest of the batch keeps loading while the
-    // caller computes with it.
-    Bind(static_cast<size_t>(i), batch_->WaitFor(static_cast<size_t>(i), &io_wait_));
-  } else if (batch_layer_ != layer) {
-    Publish();  // another layer's batch: collect it before touching the cache
-  }
   const uint64_t key = Key(layer, expert);
+  if (const auto it = in_flight_.find(key); it != in_flight_.end()) {
+    // Only this expert's read is waited for: the rest keep loading while the caller computes.
+    Bind(key, batch_->Take(it->second.ticket, &io_wait_));
+  }
   if (failed_.count(key)) return nullptr;
   int s = cache_.Find(key);
   if (s < 0) {
-    // Not announced by WillUse (a caller without waves): read it alone, now.
+    // Not announced by WillUse (a caller without waves), or a guess whose read failed: read it
+    // alone, now.
     WillUse(layer, std::span<const int32_t>(&expert, 1));
-    Publish();
+    if (const auto it = in_flight_.find(key); it != in_flight_.end()) {
+      Bind(key, batch_->Take(it->second.ticket, &io_wait_));
+    }
+    if (failed_.count(key)) return nullptr;
     s = cache_.Find(key);
     if (s < 0) return nullptr;
   }
@@ -393,8 +481,15 @@ const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
 }
 
 void StreamingWeights::ReleaseExperts(int) {
-  Publish();  // never unpin (or later reuse) slots a batch is still writing
+  // Never unpin (or later reuse) a slot a read is still writing: routed reads are collected;
+  // guesses still loading stay pinned.
+  std::vector<uint64_t> routed;
+  for (const auto& [key, r] : in_flight_) {
+    if (r.kind == ReadKind::kRouted) routed.push_back(key);
+  }
+  for (uint64_t key : routed) Bind(key, batch_->Take(in_flight_.at(key).ticket, &io_wait_));
   cache_.UnpinAll();
+  for (const auto& [key, r] : in_flight_) cache_.Pin(r.slot);
 }
 
 bool StreamingWeights::Resident(int layer, int expert) const {
@@ -414,7 +509,7 @@ StreamingStats StreamingWeights::stats() const {
 
 SourceCounters StreamingWeights::Source() const {
   return SourceCounters{stats_.expert_requests, stats_.expert_hits, io_clock_.BusySeconds(),
-                        io_wait_};
+                        io_wait_,       stats_.prefetches,  stats_.prefetch_used};
 }
 
 Status StreamingWeights::EmbeddingRows(const int32_t* ids, int64_t n, float* out) {

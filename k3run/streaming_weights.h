@@ -10,23 +10,31 @@
 // pread pool, O_DIRECT, file-offset order) on a background thread; the model computes the shared
 // expert and the latent projection meanwhile. Each expert is published as soon as its own read
 // is done (Expert() waits for that read only; ExpertReady() asks without waiting), so the model
-// computes the first experts while the rest still load.
+// computes the first experts while the rest still load. Prefetch(L+1, guesses) queues up to
+// `prefetch_experts` reads of the next layer's likely experts behind the batch; WillUse(L+1)
+// claims those its routing picked (they count as guesses used, not as true hits) and settles the
+// rest as unused.
 //
 // Invariants: a ring slot is not refilled while in use or before the walk consumed it
 // (trunk_ring.h). An expert slot is published (bound view, findable in the cache) only after its
 // bytes arrived and passed BindExpert; slots of the current wave are pinned until ReleaseExperts.
-// Waves hold ≤ slots − 1 experts, so Reserve always finds an unpinned slot. No arena byte is freed
-// or reused while a batch is in flight (ReleaseExperts and the destructor collect it first).
+// Guesses still loading stay pinned; at most prefetch_budget_ of them are in flight unclaimed, and
+// waves hold ≤ slots − 1 − prefetch_budget_ experts, so Reserve always finds an unpinned slot. No
+// arena slot is reused while its read is in flight (its slot stays pinned until it is bound), and
+// the destructor stops the reader before the arena is freed.
 // Thread safety: one model thread at a time (as WeightSource).
 //
 // Failures: a trunk/lm_head/embedding read failure is returned (exit 1, naming file and offset);
 // an expert whose read fails (or whose hash mismatches with verify_reads) is never published: it
-// is recorded in Failures(), Expert() returns nullptr for it for the rest of the run.
+// is recorded in Failures(), Expert() returns nullptr for it for the rest of the run. A guess
+// whose read fails before its layer claimed it is only dropped (counted in prefetch_failed): if
+// the layer then picks that expert, it is read again like any miss.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -54,8 +62,12 @@ struct StreamingOptions {
   bool preload_experts = false;
   // How start-up loading (pinned layers, --preload) is shown.
   ProgressMode progress = ProgressMode::kNone;
-  // Records every wave (k3run --dump-cache-trace); not owned, may be null.
+  // Records every wave (k3run --dump-cache-trace); not owned, may be null. Reading ahead is off
+  // while tracing, so that the replay reproduces the engine's cache.
   CacheTraceWriter* trace = nullptr;
+  // Guesses of the next layer's experts read ahead (k3run --prefetch-experts); 0 = none. Used
+  // only when the cache has room for them beside a whole top-k wave.
+  int prefetch_experts = 0;
 };
 
 struct StreamingStats {
@@ -66,6 +78,9 @@ struct StreamingStats {
   uint64_t waves = 0;            // WillUse calls
   uint64_t ring_loads = 0;       // walk items (trunk runs, lm_head chunks) read into ring slots
   uint64_t ring_resyncs = 0;     // acquires out of walk order (aborted passes)
+  uint64_t prefetches = 0;       // guesses read ahead (Prefetch)
+  uint64_t prefetch_used = 0;    // requests that a guess had read or was reading
+  uint64_t prefetch_failed = 0;  // guesses whose read failed before their layer's routing ran
 };
 
 class StreamingWeights final : public WeightSource {
@@ -83,6 +98,9 @@ class StreamingWeights final : public WeightSource {
   void ReleaseExperts(int layer) override;
   void WillUse(int layer, std::span<const int32_t> experts) override;
   int64_t ExpertWaveSize() const override;
+  int64_t PrefetchBudget(int layer) const override;
+  const ops::LayerWeights* HeldLayer(int layer) const override;
+  void Prefetch(int layer, std::span<const int32_t> guesses) override;
   Status EmbeddingRows(const int32_t* ids, int64_t n, float* out) override;
   int64_t LmHeadChunkRows() const override;
   Result<kernels::Matrix> LmHeadRows(int64_t begin, int64_t n) override;
@@ -102,11 +120,20 @@ class StreamingWeights final : public WeightSource {
 
  private:
   struct Held;
-  struct Pending {
+  // Why an expert's read was issued, which decides what its arrival counts as.
+  enum class ReadKind {
+    kRouted,  // its layer's routing picked it (a miss, or a guess the routing claimed)
+    kGuess,   // read ahead on a guess; its layer's routing has not run yet
+    kUnused,  // read ahead on a guess that its layer's routing did not pick
+  };
+  // An expert read submitted and not yet bound. Its slot is reserved and pinned.
+  struct InFlightRead {
+    int layer;
     int32_t expert;
     int slot;
     const prep::ExpertRecord* rec;
-    bool bound = false;  // Bind() ran: published, or dropped and recorded as failed
+    uint64_t ticket;  // in batch_
+    ReadKind kind;
   };
   StreamingWeights(Env* env, const prep::PreparedDir* prepared, const StreamingPlan& plan,
                    const StreamingOptions& options);
@@ -115,10 +142,11 @@ class StreamingWeights final : public WeightSource {
   Status PreloadExperts();
   Status ReadRun(const prep::TrunkRun& run, uint8_t* dst);
   Result<File*> ExpertFile(uint32_t file_id);
-  void LoadExperts(int layer, const std::vector<int32_t>& missing);
-  void Publish();  // collects the batch in flight, binds what arrived, records failures
-  void Bind(size_t i, Status read_status);
-  int InFlight(int layer, int expert) const;
+  // Reserves slots and submits one batch (file-offset order); returns how many were submitted.
+  size_t LoadExperts(int layer, const std::vector<int32_t>& experts, ReadKind kind);
+  void Reap();     // binds every read in flight that has arrived; never waits
+  void Bind(uint64_t key, Status read_status);
+  void SettleGuesses();  // the current guesses not claimed by their layer count as unused
   void Fail(int layer, int32_t expert, const std::string& why);
   bool Valid(int layer, int expert) const;
   uint64_t Key(int layer, int expert) const;  // the expert's record index (the cache key)
@@ -141,9 +169,12 @@ class StreamingWeights final : public WeightSource {
   int64_t lm_first_pos_ = -1;               // walk position of lm_head chunk 0
   int64_t lm_held_chunk_ = -1;              // chunk in use (acquired), −1 none
   std::unique_ptr<AsyncBatch> batch_;
-  int batch_layer_ = -1;
-  std::vector<Pending> batch_pending_;      // in request order of the batch in flight
-  std::vector<int> batch_index_;            // [n_experts]: index in batch_pending_, or −1
+  std::unordered_map<uint64_t, InFlightRead> in_flight_;  // by key
+  int prefetch_budget_ = 0;  // guesses that may be in flight unclaimed at once
+  // The current guesses: their layer, and the keys read for it (in flight or bound) that its
+  // routing has not claimed or settled yet.
+  int guess_layer_ = -1;
+  std::unordered_set<uint64_t> guessed_;
   int64_t step_ = 0;
   ExpertCache cache_;
   AlignedBuffer arena_;

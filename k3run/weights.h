@@ -35,10 +35,14 @@ struct ReadCounters {
   uint64_t embedding = 0;  // embed_tokens rows
   uint64_t lm_head = 0;    // lm_head rows
   uint64_t head = 0;       // final norm and output_attn_res_* vectors
-  uint64_t total() const { return trunk + experts + embedding + lm_head + head; }
+  // Expert records read ahead on a guess (WeightSource::Prefetch) that their layer's routing then
+  // did not pick. Disk traffic, but not bytes the token had to read: `experts` counts the guesses
+  // that were picked, and only `experts` enters the floor.
+  uint64_t prefetch_unused = 0;
+  uint64_t total() const { return trunk + experts + embedding + lm_head + head + prefetch_unused; }
   ReadCounters operator-(const ReadCounters& o) const {
-    return {trunk - o.trunk, experts - o.experts, embedding - o.embedding, lm_head - o.lm_head,
-            head - o.head};
+    return {trunk - o.trunk,     experts - o.experts, embedding - o.embedding,
+            lm_head - o.lm_head, head - o.head,       prefetch_unused - o.prefetch_unused};
   }
   ReadCounters& operator+=(const ReadCounters& o) {
     trunk += o.trunk;
@@ -46,6 +50,7 @@ struct ReadCounters {
     embedding += o.embedding;
     lm_head += o.lm_head;
     head += o.head;
+    prefetch_unused += o.prefetch_unused;
     return *this;
   }
 };
@@ -56,15 +61,20 @@ struct SourceCounters {
   uint64_t expert_hits = 0;      // resident before the wave's own batch (true hits)
   double io_busy_seconds = 0;    // wall time with at least one weight read in flight
   double io_wait_seconds = 0;    // wall time the engine thread was blocked on reads
+  uint64_t expert_guesses = 0;        // experts read ahead on a guess (Prefetch)
+  uint64_t expert_guesses_used = 0;   // of the requests, those a guess had read or was reading
   SourceCounters operator-(const SourceCounters& o) const {
     return {expert_requests - o.expert_requests, expert_hits - o.expert_hits,
-            io_busy_seconds - o.io_busy_seconds, io_wait_seconds - o.io_wait_seconds};
+            io_busy_seconds - o.io_busy_seconds, io_wait_seconds - o.io_wait_seconds,
+            expert_guesses - o.expert_guesses, expert_guesses_used - o.expert_guesses_used};
   }
   SourceCounters& operator+=(const SourceCounters& o) {
     expert_requests += o.expert_requests;
     expert_hits += o.expert_hits;
     io_busy_seconds += o.io_busy_seconds;
     io_wait_seconds += o.io_wait_seconds;
+    expert_guesses += o.expert_guesses;
+    expert_guesses_used += o.expert_guesses_used;
     return *this;
   }
 };
@@ -113,8 +123,20 @@ class WeightSource {
   // the experts (ascending ids) whose Expert() calls follow before the next ReleaseExperts(layer).
   // A streaming source issues their batch read here; the default does nothing.
   virtual void WillUse(int /*layer*/, std::span<const int32_t> /*experts*/) {}
-  // At most this many distinct experts per wave (0: no limit); a cache of S slots says S − 1.
+  // At most this many distinct experts per wave (0: no limit); a cache of S slots says S − 1
+  // (less the slots it keeps for guesses, below).
   virtual int64_t ExpertWaveSize() const { return 0; }
+  // Reading ahead (DESIGN.md §7 "Overlap"). While MoE layer L's experts load, the model ranks
+  // layer L+1's experts with L+1's router applied to L's MoE input, and hands the most likely to
+  // Prefetch(L+1, …), so that their reads run while L finishes and L+1's attention computes.
+  // Only a guess: routing always runs on the real input, and what was read never changes a bit.
+  // PrefetchBudget(layer): how many guesses the source would read ahead for `layer` now (0: none:
+  // it holds every expert, its cache is too small, or reading ahead is off). HeldLayer(layer):
+  // the layer's trunk weights when held without a read (a pinned layer), else null; never
+  // reads, never waits. The defaults never read ahead.
+  virtual int64_t PrefetchBudget(int /*layer*/) const { return 0; }
+  virtual const ops::LayerWeights* HeldLayer(int /*layer*/) const { return nullptr; }
+  virtual void Prefetch(int /*layer*/, std::span<const int32_t> /*guesses*/) {}
   // out [n][E] fp32 = rows ids[0..n) of embed_tokens (bf16 widened exactly). ids are in range
   // (the caller validated them against the vocab).
   virtual Status EmbeddingRows(const int32_t* ids, int64_t n, float* out) = 0;

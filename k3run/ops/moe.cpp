@@ -47,6 +47,7 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
     }
   };
   begin_wave(0);
+  if (waves != nullptr && waves->routed) waves->routed(x, T);
 
   // 5. latent down-projection
   std::vector<float> z = buf(T * Lt);

@@ -1,6 +1,7 @@
 // AsyncBatch (k3run/async_batch.h): Submit/Wait hands back every request with its own status, a
-// failing request does not stop the others, batches can follow one another, and the destructor
-// waits for a batch in flight (it writes into caller memory).
+// failing request does not stop the others, batches queue behind one another (tickets count on,
+// a taken request is forgotten), and the destructor waits for every batch in flight (they write
+// into caller memory).
 #include "k3run/async_batch.h"
 
 #include <gtest/gtest.h>
@@ -116,22 +117,109 @@ TEST_P(AsyncBatchTest, MalformedRequestFailsAlone) {
   EXPECT_EQ(d2, a.data().substr(5000, 100));
 }
 
-// Batches follow one another; an empty batch is a batch too (Wait returns it at once).
+// Batches follow one another, tickets counting on; an empty batch leaves nothing pending.
 TEST_P(AsyncBatchTest, SuccessiveBatchesAndEmptyBatch) {
   MemFile a("/mem/a.bin", Pattern(20000, 5));
   AsyncBatch batch(nullptr, GetParam());
   for (int i = 0; i < 5; ++i) {
     std::string d;
-    batch.Submit({Req(&a, uint64_t(i) * 1000, 3000, &d)});
+    EXPECT_EQ(batch.Submit({Req(&a, uint64_t(i) * 1000, 3000, &d)}), uint64_t(i));
     std::vector<ReadRequest> done = batch.Wait(nullptr);
     ASSERT_EQ(done.size(), 1u);
     EXPECT_TRUE(done[0].status.ok()) << done[0].status.ToString();
     EXPECT_EQ(d, a.data().substr(uint64_t(i) * 1000, 3000)) << "batch " << i;
   }
-  batch.Submit({});
-  EXPECT_TRUE(batch.pending());
-  EXPECT_TRUE(batch.Wait(nullptr).empty());
+  EXPECT_EQ(batch.Submit({}), 5u);
   EXPECT_FALSE(batch.pending());
+  EXPECT_TRUE(batch.Wait(nullptr).empty());
+  std::string d;
+  EXPECT_EQ(batch.Submit({Req(&a, 0, 10, &d)}), 5u) << "an empty batch takes no ticket";
+  EXPECT_TRUE(batch.Take(5, nullptr).ok());
+  EXPECT_FALSE(batch.pending());
+}
+
+// A batch submitted while another is still reading queues behind it: its tickets follow on, its
+// requests are read only after the first batch's (FIFO, so a guess queued behind a layer's batch
+// never delays it), each is handed over by its own ticket, and a taken ticket is forgotten.
+TEST_P(AsyncBatchTest, BatchesQueueBehindOneStillReading) {
+  MemFile a("/mem/a.bin", Pattern(40000, 11));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::vector<uint64_t> order;  // offsets in the order their reads started
+  a.on_read = [&](uint64_t offset, size_t) {
+    std::unique_lock<std::mutex> lk(mu);
+    order.push_back(offset);
+    if (offset == 0) {  // the first batch's first request waits for the gate (10 s at most)
+      if (!cv.wait_for(lk, std::chrono::seconds(10), [&] { return open; })) {
+        return Status::Io("gate never opened");
+      }
+    }
+    return Status::Ok();
+  };
+  AsyncBatch batch(nullptr, GetParam());
+  std::string d0, d1, d2, d3;
+  EXPECT_EQ(batch.Submit({Req(&a, 0, 1000, &d0), Req(&a, 5000, 1000, &d1)}), 0u);
+  EXPECT_EQ(batch.Submit({Req(&a, 20000, 1000, &d2), Req(&a, 30000, 1000, &d3)}), 2u);
+  EXPECT_TRUE(batch.pending());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(batch.Arrived(2)) << "the second batch ran ahead of the first";
+  EXPECT_FALSE(batch.Arrived(3));
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    open = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(batch.Take(3, nullptr).ok());
+  EXPECT_EQ(d3, a.data().substr(30000, 1000));
+  EXPECT_FALSE(batch.Arrived(3)) << "a taken request is forgotten";
+  EXPECT_EQ(batch.WaitFor(3, nullptr).code(), Code::kInvalid);
+  EXPECT_TRUE(batch.Take(0, nullptr).ok());
+  EXPECT_EQ(d0, a.data().substr(0, 1000));
+  EXPECT_TRUE(batch.pending()) << "tickets 1 and 2 are not taken yet";
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ASSERT_EQ(order.size(), 4u);
+    EXPECT_EQ(order[2], 20000u) << "the second batch started before the first finished";
+  }
+  std::vector<ReadRequest> rest = batch.Wait(nullptr);
+  ASSERT_EQ(rest.size(), 2u) << "Wait hands back only the requests not taken";
+  EXPECT_EQ(rest[0].offset, 5000u);
+  EXPECT_EQ(rest[1].offset, 20000u);
+  EXPECT_TRUE(rest[0].status.ok() && rest[1].status.ok());
+  EXPECT_EQ(d1, a.data().substr(5000, 1000));
+  EXPECT_EQ(d2, a.data().substr(20000, 1000));
+  EXPECT_FALSE(batch.pending());
+  EXPECT_EQ(batch.Submit({Req(&a, 100, 10, &d0)}), 4u) << "tickets count on after Wait";
+  EXPECT_TRUE(batch.Take(4, nullptr).ok());
+}
+
+// Many batches, each taken request by request as the engine does, while later ones are
+// submitted: every byte arrives and the queue drains (nothing pending at the end).
+TEST_P(AsyncBatchTest, TakingEveryRequestDrainsAQueueThatNeverEmpties) {
+  MemFile a("/mem/a.bin", Pattern(64 * 512, 12));
+  AsyncBatch batch(nullptr, GetParam());
+  std::vector<std::string> dst(64);
+  std::vector<uint64_t> tickets;
+  for (int b = 0; b < 16; ++b) {
+    std::vector<ReadRequest> reqs;
+    for (int i = 0; i < 4; ++i) {
+      const int k = b * 4 + i;
+      reqs.push_back(Req(&a, uint64_t(k) * 512, 512, &dst[size_t(k)]));
+    }
+    const uint64_t first = batch.Submit(std::move(reqs));
+    for (uint64_t t = first; t < first + 4; ++t) tickets.push_back(t);
+    if (b >= 1) {  // take the previous batch while this one is queued
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_TRUE(batch.Take(tickets[size_t((b - 1) * 4 + i)], nullptr).ok());
+      }
+    }
+  }
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(batch.Take(tickets[size_t(60 + i)], nullptr).ok());
+  EXPECT_FALSE(batch.pending());
+  for (int k = 0; k < 64; ++k) {
+    EXPECT_EQ(dst[size_t(k)], a.data().substr(size_t(k) * 512, 512)) << "request " << k;
+  }
 }
 
 // The I/O clock is busy while a batch reads (the report's I/O share comes from it).

@@ -1,6 +1,6 @@
 // The small-preset budget ladder (issue #7 "Tests"): StreamingWeights at the minimum, a middle
-// budget, lm_head held with layers streamed, and everything held, each × 1/2 threads × LRU /
-// S3-FIFO, against everything-resident RamWeights: every step's logits bit-identical (memcmp)
+// budget, lm_head held with layers streamed, the trunk held with experts streamed, and everything
+// held, each × 1/2 threads × LRU / S3-FIFO and with the CLI's default guesses read ahead, against everything-resident RamWeights: every step's logits bit-identical (memcmp)
 // and the same ids. Plus prefill vs one token at a time and --recompute at the minimum, and the
 // fault paths of a streamed run: truncated files (refused at start-up, or shrinking under a
 // running engine), short reads, and an lm_head chunk EIO through the ring.
@@ -17,6 +17,7 @@
 #include "formats/prepared_layout.h"
 #include "k3prep/pack.h"
 #include "k3prep/synth_checkpoint.h"
+#include "k3run/cli.h"
 #include "k3run/generate.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/plan.h"
@@ -43,6 +44,7 @@ struct Output {
   std::vector<int32_t> ids;
   std::vector<float> logits;  // [steps][vocab]
   StreamingStats stats;
+  ReadCounters bytes;
   int64_t experts_skipped = 0;
   size_t failures = 0;
 };
@@ -165,8 +167,29 @@ BudgetRequest Everything(CachePolicy policy) {
   return r;
 }
 
+// (d): every layer and lm_head held, experts streamed through a cache of a few waves: the rung
+// where reading ahead matters most.
+BudgetRequest TrunkHeld(CachePolicy policy) {
+  BudgetRequest r;
+  r.trunk_gb = double(TrunkAll() + LmHeadBytes()) / 1e9;
+  r.cache_gb = double(Generous().cache_min * 3) / 1e9;
+  r.policy = policy;
+  return r;
+}
+
+// Whether some MoE layer follows a MoE layer and is pinned: only then can a guess be made (the
+// next layer's router must be held).
+bool CanGuess(const StreamingPlan& p) {
+  const ModelConfig& c = Prepared().manifest.config;
+  for (int L : p.pinned) {
+    if (L - 1 >= c.first_dense) return true;
+  }
+  return false;
+}
+
 StreamingPlan PlanFor(const std::string& level, CachePolicy policy) {
   if (level == "minimum") return Must(Plan(Minimum(policy)));
+  if (level == "trunkheld") return Must(Plan(TrunkHeld(policy)));
   if (level == "middle") {
     std::optional<BudgetRequest> m = Middle(policy);
     EXPECT_TRUE(m.has_value()) << "no trunk budget gives a middle plan (pins + ring > 2)";
@@ -176,15 +199,20 @@ StreamingPlan PlanFor(const std::string& level, CachePolicy policy) {
   return Must(Plan(Everything(policy)));
 }
 
-Output Streamed(const StreamingPlan& plan, bool recompute = false) {
+// With the CLI's default number of guesses read ahead: they must never change a bit.
+Output Streamed(const StreamingPlan& plan, bool recompute = false,
+                int guesses = kDefaultPrefetchExperts) {
+  StreamingOptions options;
+  options.prefetch_experts = guesses;
   Result<std::unique_ptr<StreamingWeights>> w =
-      StreamingWeights::Open(Env::Default(), &Prepared(), plan);
+      StreamingWeights::Open(Env::Default(), &Prepared(), plan, options);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   if (!w.ok()) return {};
   const ModelConfig& c = Prepared().manifest.config;
   Model model(c, w->get(), c.n_layers);
   Output out = Run(&model, w->get(), c.vocab, recompute);
   out.stats = (*w)->stats();
+  out.bytes = (*w)->Counters();
   return out;
 }
 
@@ -217,6 +245,12 @@ void ExpectShape(const std::string& level, const StreamingPlan& p) {
     EXPECT_LT(p.pinned.size(), size_t(c.n_layers));
     EXPECT_GT(p.ring_slots, 2);
     EXPECT_GT(p.expert_slots, c.topk + 1);
+  } else if (level == "trunkheld") {
+    EXPECT_TRUE(p.lm_head_held);
+    EXPECT_EQ(p.pinned.size(), size_t(c.n_layers));
+    EXPECT_EQ(p.ring_slots, 0);
+    EXPECT_GT(p.expert_slots, c.topk + 1 + kDefaultPrefetchExperts);
+    EXPECT_LT(uint64_t(p.expert_slots), Prepared().experts.records.size());
   } else if (level == "lmheld") {
     EXPECT_TRUE(p.lm_head_held);
     EXPECT_FALSE(p.pinned.empty());
@@ -253,17 +287,52 @@ TEST_P(StreamingLadderSmall, LogitsAndIdsBitIdenticalToRamWeights) {
   kernels::SetThreads(k.threads);
   const Output got = Streamed(plan);
   ExpectSameBits(want, got);
-  if (k.level != "everything") {
+  if (k.level == "trunkheld") {
+    EXPECT_GT(got.stats.expert_evictions, 0u) << "the cache never evicted: nothing streamed";
+  } else if (k.level != "everything") {
     EXPECT_GT(got.stats.ring_loads, 0u) << "the ring never loaded: nothing streamed";
   }
   if (k.level == "minimum") {
     EXPECT_GT(got.stats.expert_evictions, 0u) << "top-k + 1 slots never evicted";
+    EXPECT_EQ(got.stats.prefetches, 0u) << "guesses read into a cache of top-k + 1 slots";
+  } else if (CanGuess(plan)) {
+    EXPECT_GT(got.stats.prefetches, 0u) << "no guess was read ahead: the path went untested";
+    EXPECT_GT(got.stats.prefetch_used, 0u) << "no guess was ever used";
+  } else {
+    EXPECT_EQ(got.stats.prefetches, 0u) << "a guess without the next layer's router held";
+  }
+  if (k.level == "trunkheld" || k.level == "everything") {
+    EXPECT_TRUE(CanGuess(plan)) << "every layer is pinned: guesses must be tested here";
+  }
+  // Every request is a true hit, a guess used or a read; expert bytes are the last two only,
+  // and the guesses not used are counted apart (every small expert record has one length).
+  const uint64_t record = Prepared().experts.records.at(0).length;
+  const StreamingStats& st = got.stats;
+  EXPECT_EQ(got.bytes.experts, (st.expert_requests - st.expert_hits) * record);
+  EXPECT_EQ(got.bytes.prefetch_unused,
+            (st.prefetches - st.prefetch_used - st.prefetch_failed) * record);
+}
+
+// Reading ahead changes what is read and when, never a bit: the trunk-held rung with no guesses,
+// the default and twice as many, against the everything-resident run.
+TEST(StreamingPrefetchSmall, GuessCountNeverChangesABit) {
+  const Output& want = Reference();
+  const StreamingPlan plan = PlanFor("trunkheld", CachePolicy::kS3Fifo);
+  for (int guesses : {0, kDefaultPrefetchExperts, 2 * kDefaultPrefetchExperts}) {
+    SCOPED_TRACE("guesses " + std::to_string(guesses));
+    const Output got = Streamed(plan, false, guesses);
+    ExpectSameBits(want, got);
+    if (guesses == 0) {
+      EXPECT_EQ(got.stats.prefetches, 0u);
+    } else {
+      EXPECT_GT(got.stats.prefetch_used, 0u);
+    }
   }
 }
 
 std::vector<Case> Cases() {
   std::vector<Case> v;
-  for (const char* level : {"minimum", "middle", "lmheld", "everything"}) {
+  for (const char* level : {"minimum", "middle", "lmheld", "trunkheld", "everything"}) {
     for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kS3Fifo}) {
       for (int t : {1, 2}) v.push_back(Case{level, p, t});
     }

@@ -5,12 +5,14 @@
 // prompt_ids, generated_ids (authoritative), generated_text (decoded bytes, invalid UTF-8 →
 // U+FFFD; null without a tokenizer), stop_reason, steps [{index, tokens_in, token (null for a
 // prefill-only step), seconds, tokens_per_s, bytes_read {trunk, experts, embedding, lm_head, head,
-// total}, expert_requests, expert_hits, expert_hit_rate (null without requests), io_busy_s,
-// io_wait_s}], totals {seconds, seconds_per_token (all steps / generated tokens),
-// decode_seconds_per_token (steps after the first; null with fewer than 2 steps), bytes_read {…},
-// bytes_per_token {…} (decode steps), expert_hit_rate, io_share (I/O busy ÷ wall), io_hidden
-// (share of I/O busy time the engine did not wait for)}, memory_plan {…}, streaming (null when
-// every weight is held) {plan {…}, stats {…}, reader}, floor (null when not measured) {bandwidths
+// prefetch_unused, total}, expert_requests, expert_hits, expert_hit_rate (null without requests),
+// expert_guesses, expert_guesses_used, io_busy_s, io_wait_s}], totals {seconds,
+// seconds_per_token (all steps / generated tokens), decode_seconds_per_token (steps after the
+// first; null with fewer than 2 steps), bytes_read {…}, bytes_per_token {…} (decode steps),
+// expert_hit_rate, expert_guesses, expert_guesses_used, expert_guess_precision (used ÷ guesses;
+// null without guesses), io_share (I/O busy ÷ wall), io_hidden (share of I/O busy time the engine
+// did not wait for)}, memory_plan {…}, streaming (null when every weight is held) {plan {…},
+// stats {… prefetches, prefetch_used, prefetch_failed}, reader}, floor (null when not measured) {bandwidths
 // {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
 // peak_rss_bytes, experts_skipped, expert_failures [{layer, expert, reason}], valid.
 #pragma once

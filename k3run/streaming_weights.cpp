@@ -53,8 +53,9 @@ Status StreamingWeights::Init() {
   pinned_.resize(static_cast<size_t>(c.n_layers));
   batch_ = std::make_unique<AsyncBatch>(&io_clock_, options_.force_pread);
   // Guesses need slots of their own beside a whole top-k wave; a trace must see the cache as
-  // routing alone drives it (the replay re-runs routing only).
-  if (options_.trace == nullptr && options_.prefetch_experts > 0 &&
+  // routing alone drives it (the replay re-runs routing only); with every expert preloaded there
+  // is nothing to read, and ranking the guesses would only cost a router product per layer.
+  if (options_.trace == nullptr && !options_.preload_experts && options_.prefetch_experts > 0 &&
       plan_.expert_slots - 1 - options_.prefetch_experts >= c.topk) {
     prefetch_budget_ = options_.prefetch_experts;
   }

@@ -66,7 +66,8 @@ struct StreamingOptions {
   // while tracing, so that the replay reproduces the engine's cache.
   CacheTraceWriter* trace = nullptr;
   // Guesses of the next layer's experts read ahead (k3run --prefetch-experts); 0 = none. Used
-  // only when the cache has room for them beside a whole top-k wave.
+  // only when the cache has room for them beside a whole top-k wave, and not with
+  // preload_experts (everything is resident).
   int prefetch_experts = 0;
 };
 

@@ -16,11 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "k3run/cache_trace.h"
 #include "k3run/streaming_plan.h"
 #include "k3run/streaming_weights.h"
 #include "k3run/weights.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/fault_env.h"
+#include "tests/support/temp_dir.h"
 
 namespace k3::run {
 namespace {
@@ -230,6 +232,49 @@ TEST(StreamingPrefetch, OnlyWhereTheCacheHasRoomAndTheNextRouterIsHeld) {
     EXPECT_EQ(ring->PrefetchBudget(L), 0) << "layer " << L;
   }
   EXPECT_GT(unpinned, 0) << "the minimum trunk pinned every layer: nothing tested";
+}
+
+// Recording a cache trace turns guesses off: the replay re-runs routing only, so the engine's
+// cache must be driven by routing alone for the replay to reproduce it.
+TEST(StreamingPrefetch, OffWhileACacheTraceIsRecorded) {
+  Tiny t = OpenTiny();
+  const ModelConfig& c = t.p.manifest.config;
+  const StreamingPlan all = Everything(t.p);
+  CacheTraceHeader h;
+  h.n_layers = c.n_layers;
+  h.first_dense = c.first_dense;
+  h.n_experts = c.n_experts;
+  h.topk = c.topk;
+  h.expert_slots = all.expert_slots;
+  h.expert_slot_bytes = all.expert_slot_bytes;
+  h.policy = all.policy;
+  h.prepared_dir = TinyPreparedDir();
+  test::TempDir dir;
+  Result<std::unique_ptr<CacheTraceWriter>> trace =
+      CacheTraceWriter::Create(Env::Default(), dir.path(), h);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  StreamingOptions o;
+  o.prefetch_experts = kGuesses;
+  o.trace = trace->get();
+  Result<std::unique_ptr<StreamingWeights>> w = StreamingWeights::Open(Env::Default(), &t.p, all, o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ((*w)->PrefetchBudget(t.layer), 0);
+  EXPECT_EQ((*w)->ExpertWaveSize(), all.expert_slots - 1);
+  (*w)->Prefetch(t.layer, std::vector<int32_t>{0, 1});
+  EXPECT_EQ((*w)->stats().prefetches, 0u);
+}
+
+// With every expert preloaded there is nothing to guess: no budget, so the model does not even
+// rank guesses (a router product per layer).
+TEST(StreamingPrefetch, OffWithEveryExpertPreloaded) {
+  Tiny t = OpenTiny();
+  StreamingOptions o;
+  o.prefetch_experts = kGuesses;
+  o.preload_experts = true;
+  Result<std::unique_ptr<StreamingWeights>> w =
+      StreamingWeights::Open(Env::Default(), &t.p, Everything(t.p), o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ((*w)->PrefetchBudget(t.layer), 0);
 }
 
 }  // namespace

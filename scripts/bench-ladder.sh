@@ -2,7 +2,9 @@
 # Streaming benchmark (issue "k3run streaming", DESIGN.md §9): a ladder of memory budgets on one
 # prepared directory, from the plan's minimum to everything resident. Per rung: decode s/token
 # (median of RUNS runs), bytes read per token by kind, expert hit rate, I/O share, peak RSS
-# against the plan, time ÷ floor (the floor measured in the same run by k3run's probes), and the
+# against the plan, time ÷ floor (the floor measured in the same run by k3run's probes), time ÷
+# the floor at the engine's own read rate (no probe: needed bytes ÷ bytes read per busy second),
+# the share of guesses read ahead that were used, and the
 # generated ids, which must be identical on every rung (exit 1 otherwise). Peak RSS above the plan
 # by more than the stated overhead also fails the rung.
 #
@@ -124,19 +126,34 @@ for rung in rungs:
         ok = False
         print(f"PEAK RSS {rss/GiB:.2f} GiB exceeds plan {plan/GiB:.2f} GiB + 64 MiB on rung {rung}")
     hit = r0["totals"]["expert_hit_rate"]
+    guessed = r0["totals"].get("expert_guess_precision")
+    # Time ÷ the floor at the engine's OWN read rate: the bytes the token had to read (not the
+    # unused guesses) ÷ (all bytes read ÷ the time reads were in flight). It needs no probe, so
+    # it does not move with the host cache's state the way the probe's floor does.
+    own = []
+    for r in reps:
+        busy = sum(s["io_busy_s"] for s in r["steps"])
+        read = sum(s["bytes_read"]["total"] for s in r["steps"])
+        t = r["totals"]["bytes_per_token"]
+        need = t["total"] - t.get("prefetch_unused", 0)
+        weights = t["trunk"] + t["lm_head"] + t["experts"]  # 0 when everything is resident
+        if busy > 0 and read > 0 and weights > 0:
+            own.append(r["totals"]["decode_seconds_per_token"] / (need / (read / busy)))
     rows.append((rung, spt, bpt, hit, r0["totals"]["io_share"], rss, plan, floor_s,
                  statistics.median(floors) if floors else None, bounds[0] if bounds else "-",
-                 [r["totals"]["decode_seconds_per_token"] for r in reps]))
+                 [r["totals"]["decode_seconds_per_token"] for r in reps], guessed,
+                 statistics.median(own) if own else None))
 print()
-print("| rung | s/token (median) | runs | read/token: trunk + lm_head + experts (MB) | expert hits | I/O share | peak RSS / plan (GiB) | floor (s) | time ÷ floor | bound |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for (rung, spt, bpt, hit, io, rss, plan, floor_s, tof, bound, all_s) in rows:
+print("| rung | s/token (median) | runs | read/token: trunk + lm_head + experts (MB) | expert hits | guesses used | I/O share | peak RSS / plan (GiB) | floor (s) | time ÷ floor | bound | time ÷ own-rate floor |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for (rung, spt, bpt, hit, io, rss, plan, floor_s, tof, bound, all_s, guessed, own) in rows:
     mb = lambda b: b / 1e6
     print(f"| {rung} | {spt:.3f} | {', '.join(f'{s:.3f}' for s in all_s)} | "
           f"{mb(bpt['trunk']):.0f} + {mb(bpt['lm_head']):.0f} + {mb(bpt['experts']):.0f} | "
-          f"{'-' if hit is None else f'{100*hit:.1f} %'} | {'-' if io is None else f'{100*io:.0f} %'} | "
+          f"{'-' if hit is None else f'{100*hit:.1f} %'} | "
+          f"{'-' if guessed is None else f'{100*guessed:.0f} %'} | {'-' if io is None else f'{100*io:.0f} %'} | "
           f"{rss/GiB:.2f} / {plan/GiB:.2f} | {'-' if floor_s is None else f'{floor_s:.3f}'} | "
-          f"{'-' if tof is None else f'{tof:.2f}'} | {bound} |")
+          f"{'-' if tof is None else f'{tof:.2f}'} | {bound} | {'-' if own is None else f'{own:.2f}'} |")
 print()
 print("generated ids identical on every rung:", "yes" if ok else "NO")
 json.dump({"rows": [dict(rung=r[0], seconds_per_token=r[1], time_over_floor=r[8], peak_rss=r[5],

@@ -86,11 +86,12 @@ Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows
   return Head(x.data(), rows, logits);
 }
 
-// Layer L+1's router applied to layer L's MoE input ranks L+1's experts well: the residual stream
+// Layer L+1's router applied to layer L's MLP input ranks L+1's experts well: the residual stream
 // changes little from one layer to the next (bench preset: its top 16 hold 69 % of the 16 experts
 // layer L+1 then picks, its top 8 hold 43 %; docs/STREAMING.md). The most likely ones go to the
-// source, which reads them behind layer L's batch, while L finishes and L+1's attention computes.
-// A guess only: routing runs on the real input, and what is read never changes a bit.
+// source, which reads them behind layer L's batch (or during the dense FFN when L is dense),
+// while L finishes and L+1's attention computes. A guess only: routing runs on the real input,
+// and what is read never changes a bit.
 void Model::GuessNextExperts(int L, const float* x, int64_t T) {
   const int next = L + 1;
   if (next >= layers_) return;

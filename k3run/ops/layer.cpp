@@ -95,6 +95,8 @@ Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& ex
     RmsNorm(h + t * E, w.post_attention_layernorm.data(), E, d.rms_eps, a.data() + t * E);
   // 9. MLP
   if (w.is_dense) {
+    // The next (MoE) layer's likely experts can load while the dense FFN computes.
+    if (waves != nullptr && waves->routed) waves->routed(a.data(), T);
     GluMlp(w.dense, d.situ_b1, d.situ_b2, a.data(), T, att.data());
   } else {
     MoeBlock(w.moe, experts, d, a.data(), T, att.data(), stats, waves);

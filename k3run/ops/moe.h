@@ -34,8 +34,9 @@ struct ExpertWaves {
   std::function<void(std::span<const int32_t> wave)> begin;
   std::function<void()> end;
   std::function<bool(int64_t expert)> ready;  // null: every expert is ready
-  // Called once per pass right after wave 0's begin, with the pass's router input x [T][E]: the
-  // caller may start reading the next layer's likely experts (WeightSource::Prefetch). Null: none.
+  // Called once per pass with the MLP's input x [T][E] (the rows a router sees): by MoeApply right
+  // after wave 0's begin, and by a dense layer before its FFN (ops::DecoderLayer), so the caller
+  // may start reading the next layer's likely experts (WeightSource::Prefetch). Null: none.
   std::function<void(const float* x, int64_t T)> routed;
 };
 

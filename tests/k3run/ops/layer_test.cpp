@@ -94,6 +94,34 @@ TEST(DecoderLayer, LayerZeroWorkedExample) {
   ExpectSameBits(F(r.blocks.at(0, 0), r.blocks.at(0, 0) + d.hidden), e, "snapshot 0 = e");
 }
 
+// The MLP input goes to ExpertWaves::routed once, before the FFN, in a dense layer as in a MoE
+// layer (the caller ranks the next layer's experts with it): exactly the rows the MLP sees.
+TEST(DecoderLayer, MlpInputHandedToRoutedInDenseAndMoeLayers) {
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  for (bool dense : {true, false}) {
+    SCOPED_TRACE(dense ? "dense" : "moe");
+    const LayerWeights w = m.Layer(false, dense);
+    const F e = m.Activations(d.hidden);
+    std::vector<F> seen;
+    ExpertWaves waves;
+    waves.routed = [&](const float* x, int64_t T) {
+      seen.emplace_back(x, x + T * d.hidden);
+    };
+    F h = e;
+    BlockStack blocks = BlockStack::Make(1, d.hidden, 4);
+    KdaState st = KdaState::Zero(d);
+    const Status s = DecoderLayer(0, w, m.Experts(), d, h.data(), 1, &blocks, {&st, nullptr},
+                                  nullptr, &waves);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(seen.size(), 1u) << "routed must be called once per pass";
+    const F att = Kda(w, d, Norm(e, w.input_layernorm, d));
+    const F h2 = Agg({&e, &att}, w.mlp_res_norm, w.mlp_res_proj, d);
+    ExpectSameBits(seen[0], Norm(h2, w.post_attention_layernorm, d), "the MLP input");
+    ExpectSameBits(h, Add(att, Mlp(w, m, d, seen[0])), "out (the hook changes nothing)");
+  }
+}
+
 TEST(DecoderLayer, InsideABlockWithOneSnapshot) {
   // Layer 1 (block size 2: not a boundary), one snapshot b0: both aggregations see
   // [b0, running prefix]; the prefix is h + att; output prefix + mlp.

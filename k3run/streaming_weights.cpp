@@ -467,8 +467,7 @@ const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (failed_.count(key)) return nullptr;
   int s = cache_.Find(key);
   if (s < 0) {
-    // Not announced by WillUse (a caller without waves), or a guess whose read failed: read it
-    // alone, now.
+    // Not announced by WillUse (a caller without waves): read it alone, now.
     WillUse(layer, std::span<const int32_t>(&expert, 1));
     if (const auto it = in_flight_.find(key); it != in_flight_.end()) {
       Bind(key, batch_->Take(it->second.ticket, &io_wait_));

@@ -304,8 +304,10 @@ void StreamingWeights::SettleGuesses() {
   guess_layer_ = -1;
 }
 
-int64_t StreamingWeights::PrefetchBudget(int layer) const {
-  return HeldLayer(layer) != nullptr ? prefetch_budget_ : 0;
+int64_t StreamingWeights::PrefetchBudget(int layer) {
+  if (prefetch_budget_ == 0 || HeldLayer(layer) == nullptr) return 0;
+  if (quiet_rounds_ >= kQuietRounds && ++quiet_asks_ % kProbeEvery != 0) return 0;
+  return prefetch_budget_;
 }
 
 const ops::LayerWeights* StreamingWeights::HeldLayer(int layer) const {
@@ -332,6 +334,8 @@ void StreamingWeights::Prefetch(int layer, std::span<const int32_t> guesses) {
     if (std::find(read.begin(), read.end(), e) != read.end()) continue;
     read.push_back(e);
   }
+  // Quiet: there was room and nothing to read. No room means the disk is behind: not quiet.
+  quiet_rounds_ = read.empty() && room > 0 ? std::min(quiet_rounds_ + 1, kQuietRounds) : 0;
   guess_layer_ = layer;
   LoadExperts(layer, read, ReadKind::kGuess);
 }

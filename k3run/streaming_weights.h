@@ -99,7 +99,7 @@ class StreamingWeights final : public WeightSource {
   void ReleaseExperts(int layer) override;
   void WillUse(int layer, std::span<const int32_t> experts) override;
   int64_t ExpertWaveSize() const override;
-  int64_t PrefetchBudget(int layer) const override;
+  int64_t PrefetchBudget(int layer) override;
   const ops::LayerWeights* HeldLayer(int layer) const override;
   void Prefetch(int layer, std::span<const int32_t> guesses) override;
   Status EmbeddingRows(const int32_t* ids, int64_t n, float* out) override;
@@ -176,6 +176,14 @@ class StreamingWeights final : public WeightSource {
   // routing has not claimed or settled yet.
   int guess_layer_ = -1;
   std::unordered_set<uint64_t> guessed_;
+  // Guess rounds in a row whose every guess was resident or loading already: the cache holds
+  // what routing wants (e.g. a budget that fits every expert, warmed up), so ranking guesses
+  // would cost a router product per layer for nothing. From kQuietRounds on, PrefetchBudget
+  // answers 0 except to every kProbeEvery-th ask, which checks whether that is still so.
+  static constexpr int kQuietRounds = 64;
+  static constexpr uint64_t kProbeEvery = 16;
+  int quiet_rounds_ = 0;
+  uint64_t quiet_asks_ = 0;
   int64_t step_ = 0;
   ExpertCache cache_;
   AlignedBuffer arena_;

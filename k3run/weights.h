@@ -131,10 +131,11 @@ class WeightSource {
   // Prefetch(L+1, …), so that their reads run while L finishes and L+1's attention computes.
   // Only a guess: routing always runs on the real input, and what was read never changes a bit.
   // PrefetchBudget(layer): how many guesses the source would read ahead for `layer` now (0: none:
-  // it holds every expert, its cache is too small, or reading ahead is off). HeldLayer(layer):
+  // it holds every expert, its cache is too small, reading ahead is off, or recent guesses were
+  // all resident already; asking counts, see StreamingWeights). HeldLayer(layer):
   // the layer's trunk weights when held without a read (a pinned layer), else null; never
   // reads, never waits. The defaults never read ahead.
-  virtual int64_t PrefetchBudget(int /*layer*/) const { return 0; }
+  virtual int64_t PrefetchBudget(int /*layer*/) { return 0; }
   virtual const ops::LayerWeights* HeldLayer(int /*layer*/) const { return nullptr; }
   virtual void Prefetch(int /*layer*/, std::span<const int32_t> /*guesses*/) {}
   // out [n][E] fp32 = rows ids[0..n) of embed_tokens (bf16 widened exactly). ids are in range

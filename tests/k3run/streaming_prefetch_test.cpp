@@ -264,6 +264,34 @@ TEST(StreamingPrefetch, OffWhileACacheTraceIsRecorded) {
   EXPECT_EQ((*w)->stats().prefetches, 0u);
 }
 
+// Once every guess of many rounds in a row was resident (a cache that holds what routing wants),
+// the budget is 0 except to every 16th ask, so the model stops ranking guesses; a round that
+// reads again brings the budget back at once.
+TEST(StreamingPrefetch, QuietAfterManyRoundsOfResidentGuessesThenBack) {
+  Tiny t = OpenTiny();
+  std::unique_ptr<StreamingWeights> w = Open(Env::Default(), t.p, Everything(t.p), kGuesses);
+  ASSERT_NE(w, nullptr);
+  const std::vector<int32_t> resident = {0, 1};
+  w->WillUse(t.layer, resident);
+  for (int32_t e : resident) ASSERT_NE(w->Expert(t.layer, e), nullptr);
+  w->ReleaseExperts(t.layer);
+  for (int i = 0; i < 63; ++i) {
+    ASSERT_EQ(w->PrefetchBudget(t.layer), kGuesses) << "round " << i;
+    w->Prefetch(t.layer, resident);
+  }
+  EXPECT_EQ(w->PrefetchBudget(t.layer), kGuesses) << "63 quiet rounds are not yet enough";
+  w->Prefetch(t.layer, resident);  // the 64th
+  int answered = 0;
+  for (int i = 0; i < 32; ++i) answered += w->PrefetchBudget(t.layer) > 0 ? 1 : 0;
+  EXPECT_EQ(answered, 2) << "quiet: only every 16th ask may be answered";
+  EXPECT_EQ(w->stats().prefetches, 0u);
+  // A probe round finds a guess to read: the budget is back for every ask.
+  const std::vector<int32_t> fresh = {5};
+  w->Prefetch(t.layer, fresh);
+  EXPECT_EQ(w->stats().prefetches, 1u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(w->PrefetchBudget(t.layer), kGuesses) << "ask " << i;
+}
+
 // With every expert preloaded there is nothing to guess: no budget, so the model does not even
 // rank guesses (a router product per layer).
 TEST(StreamingPrefetch, OffWithEveryExpertPreloaded) {

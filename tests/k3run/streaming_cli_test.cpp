@@ -403,5 +403,53 @@ TEST(StreamingCliTrace, DumpCacheTraceWithBudgetWritesTheFile) {
   EXPECT_FALSE(std::filesystem::exists(file + ".k3tmp")) << "temporary left behind";
 }
 
+// --- reading ahead (--prefetch-experts) -----------------------------------------------------
+
+TEST(StreamingCliPrefetch, OutOfRangeRefusedNamingFlag) {
+  for (const char* bad : {"-1", "4097", "many"}) {
+    const testing::CliRun run = RunCliArgs({TinyPreparedDir(), "--ids", kPromptText, "--gen", "1",
+                                            "--budget-gb", "100", "--prefetch-experts", bad});
+    EXPECT_EQ(run.exit_code, 2) << bad << ": " << run.stderr_text;
+    EXPECT_NE(run.stderr_text.find("--prefetch-experts"), std::string::npos)
+        << bad << ": " << run.stderr_text;
+  }
+}
+
+// With a budget that holds every layer (so every next router is at hand), the default reads
+// guesses ahead and reports them; 0 turns that off; both give the bytes of the plain run. The
+// report's counters agree with one another.
+TEST(StreamingCliPrefetch, GuessesReportedAndOutputUnchanged) {
+  const testing::CliRun plain =
+      RunCliArgs({TinyPreparedDir(), "--ids", kPromptText, "--gen", "3", "--no-floor"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.stderr_text;
+  const ReportRun on = RunWithReport(TinyPreparedDir(), {"--no-floor", "--budget-gb", "100"});
+  const ReportRun off = RunWithReport(
+      TinyPreparedDir(), {"--no-floor", "--budget-gb", "100", "--prefetch-experts", "0"});
+  ASSERT_TRUE(on.report.is_object() && off.report.is_object());
+  EXPECT_EQ(on.run.stdout_text(), plain.stdout_text());
+  EXPECT_EQ(off.run.stdout_text(), plain.stdout_text());
+  const json& t = on.report["totals"];
+  const auto guesses = t["expert_guesses"].get<uint64_t>();
+  const auto used = t["expert_guesses_used"].get<uint64_t>();
+  EXPECT_GT(guesses, 0u) << t.dump();
+  EXPECT_GT(used, 0u) << t.dump();
+  EXPECT_LE(used, guesses);
+  ExpectRate(t["expert_guess_precision"], used, guesses, "totals.expert_guess_precision");
+  uint64_t step_guesses = 0, step_unused = 0;
+  for (const json& s : on.report["steps"]) {
+    step_guesses += s["expert_guesses"].get<uint64_t>();
+    step_unused += s["bytes_read"]["prefetch_unused"].get<uint64_t>();
+  }
+  EXPECT_EQ(step_guesses, guesses);
+  EXPECT_EQ(step_unused, t["bytes_read"]["prefetch_unused"].get<uint64_t>());
+  const json& st = on.report["streaming"]["stats"];
+  EXPECT_EQ(st["prefetches"].get<uint64_t>(), guesses);
+  EXPECT_EQ(st["prefetch_used"].get<uint64_t>(), used);
+  EXPECT_NE(on.run.stderr_text.find("read ahead:"), std::string::npos) << on.run.stderr_text;
+  EXPECT_EQ(off.report["totals"]["expert_guesses"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(off.report["totals"]["expert_guess_precision"].is_null());
+  EXPECT_EQ(off.report["totals"]["bytes_read"]["prefetch_unused"].get<uint64_t>(), 0u);
+}
+
 }  // namespace
 }  // namespace k3::run

@@ -38,7 +38,6 @@ uint64_t AsyncBatch::Submit(std::vector<ReadRequest> reqs) {
     std::lock_guard<std::mutex> lk(mu_);
     first = next_ticket_;
     next_ticket_ += reqs.size();
-    untaken_ += reqs.size();
     Batch& b = queue_.emplace_back();
     b.first = first;
     b.arrived.assign(reqs.size(), 0);
@@ -71,47 +70,29 @@ bool AsyncBatch::Arrived(uint64_t ticket) {
   return b != nullptr && b->arrived[ticket - b->first] != 0;
 }
 
-Status AsyncBatch::WaitFor(uint64_t ticket, double* waited_seconds) {
+Status AsyncBatch::Take(uint64_t ticket, double* waited_seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lk(mu_);
-  if (Find(ticket) == nullptr) return Status::Invalid("no such read request (internal)");
-  // The batch holding the ticket cannot be popped while the ticket is not taken.
-  cv_.wait(lk, [&] {
-    const Batch* b = Find(ticket);
-    return b->arrived[ticket - b->first] != 0;
-  });
+  Batch* b = Find(ticket);
+  if (b == nullptr) return Status::Invalid("no such read request (internal)");
+  // The batch holding the ticket cannot be popped while the ticket is not taken, and std::deque
+  // keeps b valid while other batches are pushed or popped.
+  const size_t i = ticket - b->first;
+  cv_.wait(lk, [&] { return b->arrived[i] != 0; });
   AddWaited(t0, waited_seconds);
-  const Batch* b = Find(ticket);
-  return b->reqs[ticket - b->first].status;
-}
-
-Status AsyncBatch::Take(uint64_t ticket, double* waited_seconds) {
-  Status s = WaitFor(ticket, waited_seconds);
-  std::lock_guard<std::mutex> lk(mu_);
-  if (Batch* b = Find(ticket)) {
-    b->taken[ticket - b->first] = 1;
-    ++b->n_taken;
-    --untaken_;
-    DropTaken();
-  }
+  Status s = b->reqs[i].status;
+  b->taken[i] = 1;
+  ++b->n_taken;
+  DropTaken();
   return s;
 }
 
-std::vector<ReadRequest> AsyncBatch::Wait(double* waited_seconds) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return next_to_read_ == queue_.size(); });
-  AddWaited(t0, waited_seconds);
-  std::vector<ReadRequest> out;
-  for (Batch& b : queue_) {
-    for (size_t i = 0; i < b.reqs.size(); ++i) {
-      if (!b.taken[i]) out.push_back(std::move(b.reqs[i]));
-    }
+bool AsyncBatch::pending() {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const Batch& b : queue_) {
+    if (b.n_taken < b.reqs.size()) return true;
   }
-  queue_.clear();
-  next_to_read_ = 0;
-  untaken_ = 0;
-  return out;
+  return false;
 }
 
 void AsyncBatch::Loop() {

@@ -4,13 +4,12 @@
 //
 // Protocol: Submit(batch) queues the batch behind every batch submitted before and returns the
 // ticket of its first request; the batch's later requests have the next tickets. Tickets count up
-// from 0 for the object's lifetime. Arrived(t)/WaitFor(t) let the engine use request t as soon as
-// it is done (its status final, its bytes in place) while the rest still load; Take(t) does the
-// same and forgets the request. Wait() blocks until everything submitted is done and hands back
-// the requests not taken yet, in ticket order. A batch is dropped once it is read and every one of
-// its requests was taken, so a queue that never drains (each layer's batch submitted before the
-// previous guess finished) stays small. Destination buffers must stay valid until their request
-// is done.
+// from 0 for the object's lifetime. Arrived(t) says whether request t is done (its status final,
+// its bytes in place); Take(t) waits for it if need be, returns its status and forgets it, so the
+// engine uses each request as soon as it is done while the rest still load. A batch is dropped
+// once it is read and every one of its requests was taken, so a queue that never drains (each
+// layer's batch submitted before the previous guess finished) stays small. Destination buffers
+// must stay valid until their request is done.
 // Thread safety: every public method from one engine thread.
 #pragma once
 
@@ -36,17 +35,13 @@ class AsyncBatch {
   // Queues `reqs` (read in the given order, after every earlier batch: callers sort by file
   // offset) and returns the ticket of reqs[0].
   uint64_t Submit(std::vector<ReadRequest> reqs);
-  // Whether a submitted request has not been taken (by Take or Wait) yet.
-  bool pending() const { return untaken_ > 0; }
-  // Blocks until every submitted request is done and hands back those not taken yet, in ticket
-  // order (statuses filled); adds the time blocked to *waited_seconds (may be null).
-  std::vector<ReadRequest> Wait(double* waited_seconds);
+  // Whether a submitted request has not been taken yet.
+  bool pending();
   // Whether request `ticket` is done. False for a ticket never submitted or already taken.
   bool Arrived(uint64_t ticket);
   // Blocks until request `ticket` is done (adding the time blocked to *waited_seconds, may be
-  // null) and returns its status. kInvalid for a ticket never submitted or already taken.
-  Status WaitFor(uint64_t ticket, double* waited_seconds);
-  // WaitFor, then forgets the request.
+  // null), forgets it and returns its status. kInvalid for a ticket never submitted or already
+  // taken.
   Status Take(uint64_t ticket, double* waited_seconds);
 
   std::string_view backend() const { return reader_->backend(); }
@@ -75,7 +70,6 @@ class AsyncBatch {
   size_t next_to_read_ = 0;  // index in queue_ of the first batch not yet read
   uint64_t next_ticket_ = 0;
   bool stop_ = false;
-  size_t untaken_ = 0;  // engine-side count of submitted requests not yet taken
   std::thread thread_;
 };
 

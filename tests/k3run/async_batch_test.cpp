@@ -1,4 +1,4 @@
-// AsyncBatch (k3run/async_batch.h): Submit/Wait hands back every request with its own status, a
+// AsyncBatch (k3run/async_batch.h): Submit/Take hands back every request with its own status, a
 // failing request does not stop the others, batches queue behind one another (tickets count on,
 // a taken request is forgotten), and the destructor waits for every batch in flight (they write
 // into caller memory).
@@ -45,24 +45,27 @@ ReadRequest Req(File* f, uint64_t offset, uint64_t length, std::string* dst) {
 
 class AsyncBatchTest : public ::testing::TestWithParam<bool> {};  // force_pread
 
-TEST_P(AsyncBatchTest, WaitReturnsEveryRequestWithItsOwnStatus) {
+// Takes tickets first … first + n − 1 in order; their statuses.
+std::vector<Status> TakeAll(AsyncBatch* batch, uint64_t first, size_t n, double* waited = nullptr) {
+  std::vector<Status> out;
+  for (uint64_t t = first; t < first + n; ++t) out.push_back(batch->Take(t, waited));
+  return out;
+}
+
+TEST_P(AsyncBatchTest, TakeReturnsEveryRequestWithItsOwnStatus) {
   MemFile a("/mem/a.bin", Pattern(50000, 1)), b("/mem/b.bin", Pattern(9000, 2));
   AsyncBatch batch(nullptr, GetParam());
   EXPECT_FALSE(batch.pending());
   std::string d0, d1, d2;
   std::vector<ReadRequest> reqs = {Req(&a, 100, 4096, &d0), Req(&b, 7, 1234, &d1),
                                    Req(&a, 40000, 10000, &d2)};
-  batch.Submit(std::move(reqs));
+  const uint64_t first = batch.Submit(std::move(reqs));
   EXPECT_TRUE(batch.pending());
   double waited = 0;
-  std::vector<ReadRequest> done = batch.Wait(&waited);
+  const std::vector<Status> done = TakeAll(&batch, first, 3, &waited);
   EXPECT_FALSE(batch.pending());
   EXPECT_GE(waited, 0.0);
-  ASSERT_EQ(done.size(), 3u) << "every request comes back, in submission order";
-  EXPECT_EQ(done[0].file, &a);
-  EXPECT_EQ(done[1].file, &b);
-  EXPECT_EQ(done[2].offset, 40000u);
-  for (const ReadRequest& r : done) EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+  for (const Status& st : done) EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(d0, a.data().substr(100, 4096));
   EXPECT_EQ(d1, b.data().substr(7, 1234));
   EXPECT_EQ(d2, a.data().substr(40000, 10000));
@@ -80,23 +83,23 @@ TEST_P(AsyncBatchTest, FailingRequestsDoNotStopTheOthers) {
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   AsyncBatch batch(nullptr, GetParam());
   std::string d0, d1, d2, d3;
-  batch.Submit({Req(f->get(), 0, 5000, &d0), Req(f->get(), 10000, 5000, &d1),
-                Req(f->get(), 20000, 5000, &d2), Req(f->get(), 28000, 5000, &d3)});
-  std::vector<ReadRequest> done = batch.Wait(nullptr);
-  ASSERT_EQ(done.size(), 4u);
-  EXPECT_TRUE(done[0].status.ok()) << done[0].status.ToString();
-  EXPECT_TRUE(done[2].status.ok()) << done[2].status.ToString();
+  const uint64_t first =
+      batch.Submit({Req(f->get(), 0, 5000, &d0), Req(f->get(), 10000, 5000, &d1),
+                    Req(f->get(), 20000, 5000, &d2), Req(f->get(), 28000, 5000, &d3)});
+  const std::vector<Status> done = TakeAll(&batch, first, 4);
+  EXPECT_TRUE(done[0].ok()) << done[0].ToString();
+  EXPECT_TRUE(done[2].ok()) << done[2].ToString();
   EXPECT_EQ(d0, data.substr(0, 5000));
   EXPECT_EQ(d2, data.substr(20000, 5000));
-  ASSERT_FALSE(done[1].status.ok()) << "the EIO request must fail";
-  EXPECT_EQ(done[1].status.code(), Code::kIo);
-  EXPECT_NE(done[1].status.message().find(path), std::string::npos) << done[1].status.message();
-  EXPECT_NE(done[1].status.message().find("byte offset 10005"), std::string::npos)
-      << done[1].status.message();
-  ASSERT_FALSE(done[3].status.ok()) << "a request past the end of the file must fail";
-  EXPECT_NE(done[3].status.message().find("premature end of file at byte offset 30000"),
+  ASSERT_FALSE(done[1].ok()) << "the EIO request must fail";
+  EXPECT_EQ(done[1].code(), Code::kIo);
+  EXPECT_NE(done[1].message().find(path), std::string::npos) << done[1].message();
+  EXPECT_NE(done[1].message().find("byte offset 10005"), std::string::npos)
+      << done[1].message();
+  ASSERT_FALSE(done[3].ok()) << "a request past the end of the file must fail";
+  EXPECT_NE(done[3].message().find("premature end of file at byte offset 30000"),
             std::string::npos)
-      << done[3].status.message();
+      << done[3].message();
 }
 
 // A request without a destination is refused on its own; the batch still reads the rest.
@@ -108,12 +111,11 @@ TEST_P(AsyncBatchTest, MalformedRequestFailsAlone) {
   bad.file = &a;
   bad.offset = 0;
   bad.length = 16;
-  batch.Submit({Req(&a, 0, 100, &d0), bad, Req(&a, 5000, 100, &d2)});
-  std::vector<ReadRequest> done = batch.Wait(nullptr);
-  ASSERT_EQ(done.size(), 3u);
-  EXPECT_TRUE(done[0].status.ok());
-  EXPECT_EQ(done[1].status.code(), Code::kInvalid) << done[1].status.ToString();
-  EXPECT_TRUE(done[2].status.ok());
+  const uint64_t first = batch.Submit({Req(&a, 0, 100, &d0), bad, Req(&a, 5000, 100, &d2)});
+  const std::vector<Status> done = TakeAll(&batch, first, 3);
+  EXPECT_TRUE(done[0].ok());
+  EXPECT_EQ(done[1].code(), Code::kInvalid) << done[1].ToString();
+  EXPECT_TRUE(done[2].ok());
   EXPECT_EQ(d2, a.data().substr(5000, 100));
 }
 
@@ -124,14 +126,12 @@ TEST_P(AsyncBatchTest, SuccessiveBatchesAndEmptyBatch) {
   for (int i = 0; i < 5; ++i) {
     std::string d;
     EXPECT_EQ(batch.Submit({Req(&a, uint64_t(i) * 1000, 3000, &d)}), uint64_t(i));
-    std::vector<ReadRequest> done = batch.Wait(nullptr);
-    ASSERT_EQ(done.size(), 1u);
-    EXPECT_TRUE(done[0].status.ok()) << done[0].status.ToString();
+    const Status st = batch.Take(uint64_t(i), nullptr);
+    EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_EQ(d, a.data().substr(uint64_t(i) * 1000, 3000)) << "batch " << i;
   }
   EXPECT_EQ(batch.Submit({}), 5u);
   EXPECT_FALSE(batch.pending());
-  EXPECT_TRUE(batch.Wait(nullptr).empty());
   std::string d;
   EXPECT_EQ(batch.Submit({Req(&a, 0, 10, &d)}), 5u) << "an empty batch takes no ticket";
   EXPECT_TRUE(batch.Take(5, nullptr).ok());
@@ -173,7 +173,7 @@ TEST_P(AsyncBatchTest, BatchesQueueBehindOneStillReading) {
   EXPECT_TRUE(batch.Take(3, nullptr).ok());
   EXPECT_EQ(d3, a.data().substr(30000, 1000));
   EXPECT_FALSE(batch.Arrived(3)) << "a taken request is forgotten";
-  EXPECT_EQ(batch.WaitFor(3, nullptr).code(), Code::kInvalid);
+  EXPECT_EQ(batch.Take(3, nullptr).code(), Code::kInvalid) << "a ticket is taken once";
   EXPECT_TRUE(batch.Take(0, nullptr).ok());
   EXPECT_EQ(d0, a.data().substr(0, 1000));
   EXPECT_TRUE(batch.pending()) << "tickets 1 and 2 are not taken yet";
@@ -182,15 +182,12 @@ TEST_P(AsyncBatchTest, BatchesQueueBehindOneStillReading) {
     ASSERT_EQ(order.size(), 4u);
     EXPECT_EQ(order[2], 20000u) << "the second batch started before the first finished";
   }
-  std::vector<ReadRequest> rest = batch.Wait(nullptr);
-  ASSERT_EQ(rest.size(), 2u) << "Wait hands back only the requests not taken";
-  EXPECT_EQ(rest[0].offset, 5000u);
-  EXPECT_EQ(rest[1].offset, 20000u);
-  EXPECT_TRUE(rest[0].status.ok() && rest[1].status.ok());
+  const std::vector<Status> rest = TakeAll(&batch, 1, 2);
+  EXPECT_TRUE(rest[0].ok() && rest[1].ok());
   EXPECT_EQ(d1, a.data().substr(5000, 1000));
   EXPECT_EQ(d2, a.data().substr(20000, 1000));
   EXPECT_FALSE(batch.pending());
-  EXPECT_EQ(batch.Submit({Req(&a, 100, 10, &d0)}), 4u) << "tickets count on after Wait";
+  EXPECT_EQ(batch.Submit({Req(&a, 100, 10, &d0)}), 4u) << "tickets count on";
   EXPECT_TRUE(batch.Take(4, nullptr).ok());
 }
 
@@ -232,14 +229,12 @@ TEST_P(AsyncBatchTest, ClockCountsTheBatch) {
   IoClock clock;
   AsyncBatch batch(&clock, GetParam());
   std::string d;
-  batch.Submit({Req(&a, 0, 4096, &d)});
-  (void)batch.Wait(nullptr);
+  (void)batch.Take(batch.Submit({Req(&a, 0, 4096, &d)}), nullptr);
   EXPECT_GT(clock.BusySeconds(), 0.0);
 }
 
-// WaitFor/Arrived hand the engine each request as soon as it is done, while a later request of
-// the same batch is still blocked in its read; a failing request's status comes back the same
-// way; Wait still returns the whole batch afterwards.
+// Take/Arrived hand the engine each request as soon as it is done, while a later request of the
+// same batch is still blocked in its read; a failing request's status comes back the same way.
 TEST_P(AsyncBatchTest, EarlyRequestsArriveWhileALaterOneIsStillReading) {
   MemFile a("/mem/a.bin", Pattern(40000, 9));
   std::mutex mu;
@@ -259,12 +254,12 @@ TEST_P(AsyncBatchTest, EarlyRequestsArriveWhileALaterOneIsStillReading) {
   batch.Submit({Req(&a, 0, 5000, &d0), Req(&a, 30000, 100, &d3), Req(&a, 10000, 5000, &d1),
                 Req(&a, 20000, 5000, &d2)});
   double waited = 0;
-  EXPECT_TRUE(batch.WaitFor(0, &waited).ok());
+  EXPECT_TRUE(batch.Take(0, &waited).ok());
   EXPECT_EQ(d0, a.data().substr(0, 5000));
-  const Status failed = batch.WaitFor(1, nullptr);
+  const Status failed = batch.Take(1, nullptr);
   EXPECT_EQ(failed.code(), Code::kIo) << failed.ToString();
   EXPECT_NE(failed.message().find("byte offset 30000"), std::string::npos) << failed.message();
-  EXPECT_TRUE(batch.WaitFor(2, nullptr).ok());
+  EXPECT_TRUE(batch.Take(2, nullptr).ok());
   EXPECT_EQ(d1, a.data().substr(10000, 5000));
   EXPECT_FALSE(batch.Arrived(3)) << "request 3 is still blocked in its read";
   EXPECT_TRUE(batch.pending());
@@ -273,17 +268,13 @@ TEST_P(AsyncBatchTest, EarlyRequestsArriveWhileALaterOneIsStillReading) {
     open = true;
   }
   cv.notify_all();
-  EXPECT_TRUE(batch.WaitFor(3, nullptr).ok());
-  EXPECT_TRUE(batch.Arrived(3));
+  EXPECT_TRUE(batch.Take(3, nullptr).ok());
   EXPECT_EQ(d2, a.data().substr(20000, 5000));
-  std::vector<ReadRequest> done = batch.Wait(nullptr);
-  ASSERT_EQ(done.size(), 4u);
-  EXPECT_TRUE(done[0].status.ok() && done[2].status.ok() && done[3].status.ok());
-  EXPECT_EQ(done[1].status.code(), Code::kIo);
-  EXPECT_FALSE(batch.Arrived(0)) << "a collected batch has nothing in flight";
+  EXPECT_FALSE(batch.pending());
+  EXPECT_FALSE(batch.Arrived(0)) << "a taken batch has nothing in flight";
 }
 
-// Destroyed with a batch pending (never collected by Wait): the destructor lets the batch finish
+// Destroyed with a batch pending (never taken): the destructor lets the batch finish
 // writing into the caller's buffer before it returns, whether or not the batch thread had picked
 // it up yet.
 TEST_P(AsyncBatchTest, DestructorWaitsForPendingBatch) {

@@ -347,8 +347,8 @@ void StreamingWeights::Fail(int layer, int32_t expert, const std::string& why) {
 
 // Reserve serially, then read in one batch in file-offset order on the batch thread; Bind()
 // publishes only what arrived intact.
-size_t StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& experts,
-                                     ReadKind kind) {
+void StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& experts,
+                                   ReadKind kind) {
   struct Planned {
     int32_t expert;
     int slot;
@@ -384,7 +384,7 @@ size_t StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& expe
     return a.rec->file_id != b.rec->file_id ? a.rec->file_id < b.rec->file_id
                                             : a.rec->offset < b.rec->offset;
   });
-  if (planned.empty()) return 0;
+  if (planned.empty()) return;
   std::vector<ReadRequest> reqs;
   for (const Planned& p : planned) {
     ReadRequest r;
@@ -404,7 +404,6 @@ size_t StreamingWeights::LoadExperts(int layer, const std::vector<int32_t>& expe
       ++stats_.prefetches;
     }
   }
-  return planned.size();
 }
 
 void StreamingWeights::Reap() {

@@ -143,8 +143,8 @@ class StreamingWeights final : public WeightSource {
   Status PreloadExperts();
   Status ReadRun(const prep::TrunkRun& run, uint8_t* dst);
   Result<File*> ExpertFile(uint32_t file_id);
-  // Reserves slots and submits one batch (file-offset order); returns how many were submitted.
-  size_t LoadExperts(int layer, const std::vector<int32_t>& experts, ReadKind kind);
+  // Reserves slots and submits one batch (file-offset order).
+  void LoadExperts(int layer, const std::vector<int32_t>& experts, ReadKind kind);
   void Reap();     // binds every read in flight that has arrived; never waits
   void Bind(uint64_t key, Status read_status);
   void SettleGuesses();  // the current guesses not claimed by their layer count as unused

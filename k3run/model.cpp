@@ -64,7 +64,9 @@ Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows
     waves.begin = [this, L](std::span<const int32_t> wave) { weights_->WillUse(L, wave); };
     waves.end = [this, L] { weights_->ReleaseExperts(L); };
     waves.ready = [this, L](int64_t e) { return weights_->ExpertReady(L, static_cast<int>(e)); };
-    waves.routed = [this, L](const float* x, int64_t rows) { GuessNextExperts(L, x, rows); };
+    waves.routed = [this, L](const float* pre_norm, int64_t rows) {
+      GuessNextExperts(L, pre_norm, rows);
+    };
     Status s =
         ops::DecoderLayer(L, *w, experts, dims_, h.data(), T, &blocks, ls, &stats_, &waves);
     weights_->ReleaseExperts(L);
@@ -86,39 +88,18 @@ Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows
   return Head(x.data(), rows, logits);
 }
 
-// Layer L+1's router applied to layer L's MLP input ranks L+1's experts well: the residual stream
-// changes little from one layer to the next (bench preset: its top 16 hold 69 % of the 16 experts
-// layer L+1 then picks, its top 8 hold 43 %; docs/STREAMING.md). The most likely ones go to the
-// source, which reads them behind layer L's batch (or during the dense FFN when L is dense),
-// while L finishes and L+1's attention computes. A guess only: routing runs on the real input,
-// and what is read never changes a bit.
-void Model::GuessNextExperts(int L, const float* x, int64_t T) {
+// While layer L's experts load, the most likely experts of L+1 (ops::GuessExperts on L's pre-norm
+// MLP input h; bench preset: 85 % of a top-8 guess is picked, docs/STREAMING.md) go to the
+// source, which reads them behind L's batch (or during the dense FFN when L is dense) while L
+// finishes and L+1's attention computes. A guess only: what is read never changes a bit.
+void Model::GuessNextExperts(int L, const float* h, int64_t T) {
   const int next = L + 1;
   if (next >= layers_) return;
-  const int64_t budget = std::min<int64_t>(weights_->PrefetchBudget(next), dims_.n_experts);
+  const int64_t budget = weights_->PrefetchBudget(next);
   if (budget <= 0) return;
   const ops::LayerWeights* w = weights_->HeldLayer(next);
-  if (w == nullptr || w->is_dense) return;
-  ops::Dims d = dims_;
-  d.topk = budget;
-  std::vector<int32_t> ranked(static_cast<size_t>(T * budget));
-  std::vector<float> weight(static_cast<size_t>(budget));
-  for (int64_t t = 0; t < T; ++t) {
-    ops::RouteToken(w->moe.gate, w->moe.score_bias.data(), d, x + t * dims_.hidden,
-                    ranked.data() + t * budget, weight.data());
-  }
-  // Rank-major over the rows, so that with several rows each row's best guesses come first.
-  std::vector<int32_t> guesses;
-  std::vector<char> seen(static_cast<size_t>(dims_.n_experts), 0);
-  for (int64_t j = 0; j < budget; ++j) {
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t e = ranked[static_cast<size_t>(t * budget + j)];
-      if (seen[static_cast<size_t>(e)]) continue;
-      seen[static_cast<size_t>(e)] = 1;
-      guesses.push_back(e);
-    }
-  }
-  weights_->Prefetch(next, guesses);
+  if (w == nullptr) return;
+  weights_->Prefetch(next, ops::GuessExperts(*w, dims_, h, T, budget));
 }
 
 // logits [rows][V] = lm_head · x, chunk by chunk as the source serves it.

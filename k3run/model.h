@@ -51,8 +51,8 @@ class Model {
 
  private:
   Status Head(const float* h, int64_t rows, float* logits);
-  // Hands the source a ranked guess of layer L+1's experts from L's MoE input x [T][E].
-  void GuessNextExperts(int L, const float* x, int64_t T);
+  // Hands the source a ranked guess of layer L+1's experts from L's pre-norm MLP input h [T][E].
+  void GuessNextExperts(int L, const float* h, int64_t T);
 
   ModelConfig config_;
   ops::Dims dims_;

@@ -96,10 +96,10 @@ Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& ex
   // 9. MLP
   if (w.is_dense) {
     // The next (MoE) layer's likely experts can load while the dense FFN computes.
-    if (waves != nullptr && waves->routed) waves->routed(a.data(), T);
+    if (waves != nullptr && waves->routed) waves->routed(h, T);
     GluMlp(w.dense, d.situ_b1, d.situ_b2, a.data(), T, att.data());
   } else {
-    MoeBlock(w.moe, experts, d, a.data(), T, att.data(), stats, waves);
+    MoeBlock(w.moe, experts, d, a.data(), T, att.data(), stats, waves, h);
   }
   // 10. output = prefix + mlp
   for (size_t i = 0; i < n; ++i) h[i] = prefix[i] + att[i];

@@ -26,7 +26,7 @@ Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T) {
 
 void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts, const Dims& d,
               const float* x, int64_t T, float* out, MoeStats* stats,
-              const ExpertWaves* waves) {
+              const ExpertWaves* waves, const float* pre_norm) {
   if (T <= 0) return;
   const int64_t E = d.hidden, Lt = d.latent, k = d.topk, I = d.moe_inter;
   auto buf = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
@@ -47,7 +47,7 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
     }
   };
   begin_wave(0);
-  if (waves != nullptr && waves->routed) waves->routed(x, T);
+  if (waves != nullptr && waves->routed) waves->routed(pre_norm != nullptr ? pre_norm : x, T);
 
   // 5. latent down-projection
   std::vector<float> z = buf(T * Lt);
@@ -151,9 +151,10 @@ void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts
 }
 
 void MoeBlock(const MoeWeights& w, const ExpertLookup& experts, const Dims& d, const float* x,
-              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves) {
+              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves,
+              const float* pre_norm) {
   const Routing r = Route(w, d, x, T);
-  MoeApply(w, r, experts, d, x, T, out, stats, waves);
+  MoeApply(w, r, experts, d, x, T, out, stats, waves, pre_norm);
 }
 
 }  // namespace k3::ops

@@ -34,10 +34,11 @@ struct ExpertWaves {
   std::function<void(std::span<const int32_t> wave)> begin;
   std::function<void()> end;
   std::function<bool(int64_t expert)> ready;  // null: every expert is ready
-  // Called once per pass with the MLP's input x [T][E] (the rows a router sees): by MoeApply right
-  // after wave 0's begin, and by a dense layer before its FFN (ops::DecoderLayer), so the caller
-  // may start reading the next layer's likely experts (WeightSource::Prefetch). Null: none.
-  std::function<void(const float* x, int64_t T)> routed;
+  // Called once per pass with the layer's MLP input before its post-attention norm, h [T][E] (the
+  // residual stream after the pre-MLP aggregation): by MoeApply right after wave 0's begin, and
+  // by a dense layer before its FFN (ops::DecoderLayer), so the caller may start reading the next
+  // layer's likely experts (ops::GuessExperts, WeightSource::Prefetch). Null: none.
+  std::function<void(const float* h, int64_t T)> routed;
 };
 
 struct Routing {
@@ -54,13 +55,15 @@ struct MoeStats {
 // x [T][E] (the post-attention-layernormed rows).
 Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T);
 
-// out [T][E] = W_up · RMSNorm(Σ_j w_j · expert_j(W_down x)) + shared(x).
+// out [T][E] = W_up · RMSNorm(Σ_j w_j · expert_j(W_down x)) + shared(x). pre_norm [T][E] is
+// what waves->routed receives: the rows x was normed from (null: x itself).
 void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts, const Dims& d,
               const float* x, int64_t T, float* out, MoeStats* stats,
-              const ExpertWaves* waves = nullptr);
+              const ExpertWaves* waves = nullptr, const float* pre_norm = nullptr);
 
 // Route + MoeApply.
 void MoeBlock(const MoeWeights& w, const ExpertLookup& experts, const Dims& d, const float* x,
-              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves = nullptr);
+              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves = nullptr,
+              const float* pre_norm = nullptr);
 
 }  // namespace k3::ops

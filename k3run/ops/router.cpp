@@ -5,6 +5,7 @@
 
 #include "k3run/kernels/router_dot.h"
 #include "k3run/ops/math.h"
+#include "k3run/ops/norm.h"
 
 namespace k3::ops {
 
@@ -38,6 +39,33 @@ void RouteToken(const Matrix& gate, const float* bias, const Dims& d, const floa
     for (int64_t j = 0; j < k; ++j) weight[j] = weight[j] * inv;
   }
   for (int64_t j = 0; j < k; ++j) weight[j] = weight[j] * d.routed_scale;
+}
+
+std::vector<int32_t> GuessExperts(const LayerWeights& next, const Dims& d, const float* h,
+                                  int64_t T, int64_t count) {
+  count = std::min(count, d.n_experts);
+  if (next.is_dense || count <= 0 || T <= 0) return {};
+  Dims ranked_dims = d;
+  ranked_dims.topk = count;
+  std::vector<float> x(static_cast<size_t>(d.hidden));
+  std::vector<int32_t> ranked(static_cast<size_t>(T * count));
+  std::vector<float> weight(static_cast<size_t>(count));
+  for (int64_t t = 0; t < T; ++t) {
+    RmsNorm(h + t * d.hidden, next.post_attention_layernorm.data(), d.hidden, d.rms_eps, x.data());
+    RouteToken(next.moe.gate, next.moe.score_bias.data(), ranked_dims, x.data(),
+               ranked.data() + t * count, weight.data());
+  }
+  std::vector<int32_t> guesses;
+  std::vector<char> seen(static_cast<size_t>(d.n_experts), 0);
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t e = ranked[static_cast<size_t>(t * count + j)];
+      if (seen[static_cast<size_t>(e)]) continue;
+      seen[static_cast<size_t>(e)] = 1;
+      guesses.push_back(e);
+    }
+  }
+  return guesses;
 }
 
 }  // namespace k3::ops

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "k3run/ops/weights.h"
 
@@ -16,5 +17,16 @@ namespace k3::ops {
 // One token: x [E]; idx [topk] and weight [topk] in descending selection score.
 void RouteToken(const Matrix& gate, const float* bias, const Dims& d, const float* x,
                 int32_t* idx, float* weight);
+
+// A guess, for reading ahead, of the experts MoE layer `next` will pick, from an earlier layer's
+// pre-norm MLP input h [T][E]: the residual stream changes little from one layer to the next,
+// so `next`'s own post-attention norm and router applied to h rank its experts much as its
+// routing will (docs/STREAMING.md "Reading ahead"). `next`'s norm, not the earlier layer's:
+// on real weights each layer scales its channels its own way before its router. Each row's
+// `count` best (≤ n_experts), merged rank-major without repeats (every row's first choice, then
+// every row's second, …) so that with several rows each row's best guesses come first; the
+// caller reads as many from the front as it has room for. Never used for routing itself.
+std::vector<int32_t> GuessExperts(const LayerWeights& next, const Dims& d, const float* h,
+                                  int64_t T, int64_t count);
 
 }  // namespace k3::ops

@@ -3,6 +3,7 @@
 // the individual operators, following the statements of §3.3, so equality is bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "k3run/ops/layer.h"
 #include "k3run/ops/moe.h"
 #include "k3run/ops/norm.h"
+#include "k3run/ops/router.h"
 #include "random_model.h"
 
 namespace k3::ops {
@@ -94,9 +96,10 @@ TEST(DecoderLayer, LayerZeroWorkedExample) {
   ExpectSameBits(F(r.blocks.at(0, 0), r.blocks.at(0, 0) + d.hidden), e, "snapshot 0 = e");
 }
 
-// The MLP input goes to ExpertWaves::routed once, before the FFN, in a dense layer as in a MoE
-// layer (the caller ranks the next layer's experts with it): exactly the rows the MLP sees.
-TEST(DecoderLayer, MlpInputHandedToRoutedInDenseAndMoeLayers) {
+// The MLP input before its norm goes to ExpertWaves::routed once, before the FFN, in a dense
+// layer as in a MoE layer (the caller ranks the next layer's experts with it, under the next
+// layer's own norm): exactly the aggregate the MLP's norm sees.
+TEST(DecoderLayer, PreNormMlpInputHandedToRoutedInDenseAndMoeLayers) {
   const Dims d = RandomDims();
   RandomModel m(d);
   for (bool dense : {true, false}) {
@@ -117,8 +120,9 @@ TEST(DecoderLayer, MlpInputHandedToRoutedInDenseAndMoeLayers) {
     ASSERT_EQ(seen.size(), 1u) << "routed must be called once per pass";
     const F att = Kda(w, d, Norm(e, w.input_layernorm, d));
     const F h2 = Agg({&e, &att}, w.mlp_res_norm, w.mlp_res_proj, d);
-    ExpectSameBits(seen[0], Norm(h2, w.post_attention_layernorm, d), "the MLP input");
-    ExpectSameBits(h, Add(att, Mlp(w, m, d, seen[0])), "out (the hook changes nothing)");
+    ExpectSameBits(seen[0], h2, "the pre-norm MLP input");
+    ExpectSameBits(h, Add(att, Mlp(w, m, d, Norm(h2, w.post_attention_layernorm, d))),
+                   "out (the hook changes nothing)");
   }
 }
 
@@ -189,6 +193,76 @@ TEST(MoeBlock, ComposedStepByStepInTopKOrder) {
   kernels::MatVec(w.moe.up, acc.data(), routed.data());
   GluMlp(w.moe.shared, d.situ_b1, d.situ_b2, x.data(), 1, shared.data());
   ExpectSameBits(got, Add(routed, shared), "moe out");
+}
+
+// Layer `next`'s own routing (top `count`) of h under `gain` in place of its post-attention norm.
+std::vector<int32_t> RankUnder(const LayerWeights& next, const Vec& gain, Dims d, const F& h,
+                               int64_t count) {
+  d.topk = count;
+  std::vector<int32_t> idx(static_cast<size_t>(count));
+  std::vector<float> weight(static_cast<size_t>(count));
+  const F x = Norm(h, gain, d);
+  RouteToken(next.moe.gate, next.moe.score_bias.data(), d, x.data(), idx.data(), weight.data());
+  return idx;
+}
+
+// More experts than RandomDims has, so that guesses under different norms can differ.
+Dims GuessDims() {
+  Dims d = RandomDims();
+  d.n_experts = 64;
+  return d;
+}
+
+TEST(GuessExperts, OneRowIsTheNextLayersRankingUnderItsOwnNorm) {
+  const Dims d = GuessDims();
+  RandomModel m(d, 5);
+  const LayerWeights previous = m.Layer(false, false);
+  LayerWeights next = m.Layer(false, false);
+  // Channel gains far from 1, as real layers have: the next layer's norm must be the one used.
+  F gain(static_cast<size_t>(d.hidden));
+  for (size_t i = 0; i < gain.size(); ++i) gain[i] = i % 3 == 0 ? 4.0f : 0.25f;
+  next.post_attention_layernorm = Vec(gain);
+  const F h = m.Activations(d.hidden, 3.0f);
+  constexpr int64_t kCount = 8;
+  const std::vector<int32_t> want = RankUnder(next, next.post_attention_layernorm, d, h, kCount);
+  ASSERT_NE(want, RankUnder(next, previous.post_attention_layernorm, d, h, kCount))
+      << "test precondition: the two norms must rank differently";
+  EXPECT_EQ(GuessExperts(next, d, h.data(), 1, kCount), want);
+  // Asking for more than there are gives every expert once, best first.
+  const std::vector<int32_t> all = GuessExperts(next, d, h.data(), 1, d.n_experts + 5);
+  ASSERT_EQ(static_cast<int64_t>(all.size()), d.n_experts);
+  EXPECT_EQ(std::vector<int32_t>(all.begin(), all.begin() + kCount), want);
+}
+
+TEST(GuessExperts, RowsMergeRankMajorWithoutRepeats) {
+  const Dims d = GuessDims();
+  RandomModel m(d, 6);
+  const LayerWeights next = m.Layer(false, false);
+  constexpr int64_t kRows = 3, kCount = 6;
+  F h;
+  std::vector<std::vector<int32_t>> per_row;
+  for (int64_t t = 0; t < kRows; ++t) {
+    const F row = m.Activations(d.hidden, 2.0f);
+    h.insert(h.end(), row.begin(), row.end());
+    per_row.push_back(RankUnder(next, next.post_attention_layernorm, d, row, kCount));
+  }
+  std::vector<int32_t> want;
+  for (int64_t j = 0; j < kCount; ++j) {
+    for (int64_t t = 0; t < kRows; ++t) {
+      const int32_t e = per_row[static_cast<size_t>(t)][static_cast<size_t>(j)];
+      if (std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
+    }
+  }
+  ASSERT_GT(want.size(), static_cast<size_t>(kCount)) << "test precondition: rows must differ";
+  EXPECT_EQ(GuessExperts(next, d, h.data(), kRows, kCount), want);
+}
+
+TEST(GuessExperts, NothingForADenseLayerOrNoRoom) {
+  const Dims d = GuessDims();
+  RandomModel m(d, 7);
+  const F h = m.Activations(d.hidden);
+  EXPECT_TRUE(GuessExperts(m.Layer(false, true), d, h.data(), 1, 4).empty());
+  EXPECT_TRUE(GuessExperts(m.Layer(false, false), d, h.data(), 1, 0).empty());
 }
 
 }  // namespace

@@ -102,6 +102,25 @@ std::optional<FloorResult> RunFloor(const RunReport& r) {
   return f;
 }
 
+std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r) {
+  if (r.generated_ids.empty()) return std::nullopt;
+  const Totals all = AllSteps(r.steps);
+  const Totals d = DecodeSteps(r.steps);
+  const ReadCounters& b = d.bytes;
+  if (d.steps == 0 || all.source.io_busy_seconds <= 0 || all.bytes.total() == 0 ||
+      b.trunk + b.lm_head + b.experts == 0) {
+    return std::nullopt;
+  }
+  const double n = double(d.steps);
+  OwnRateFloor f;
+  f.read_bytes_per_s = double(all.bytes.total()) / all.source.io_busy_seconds;
+  f.needed_bytes_per_token = double(b.total() - b.prefetch_unused) / n;
+  f.floor_s = f.needed_bytes_per_token / f.read_bytes_per_s;
+  f.seconds_per_token = d.seconds / n;
+  f.time_over_floor = f.seconds_per_token / f.floor_s;
+  return f;
+}
+
 std::string RenderReportJson(const RunReport& r) {
   json steps = json::array();
   for (const StepRecord& s : r.steps) {
@@ -162,6 +181,14 @@ std::string RenderReportJson(const RunReport& r) {
                  {"seconds_per_token", f->seconds_per_token},
                  {"time_over_floor", f->time_over_floor}};
   }
+  json own_rate_floor = nullptr;
+  if (std::optional<OwnRateFloor> o = RunOwnRateFloor(r)) {
+    own_rate_floor = json{{"read_bytes_per_s", o->read_bytes_per_s},
+                          {"needed_bytes_per_token", o->needed_bytes_per_token},
+                          {"floor_s", o->floor_s},
+                          {"seconds_per_token", o->seconds_per_token},
+                          {"time_over_floor", o->time_over_floor}};
+  }
   json streaming = nullptr;
   if (r.streaming_plan) {
     const StreamingStats& st = r.streaming_stats;
@@ -220,6 +247,7 @@ std::string RenderReportJson(const RunReport& r) {
             {"total_bytes", r.plan.total()}}},
       {"streaming", streaming},
       {"floor", floor},
+      {"own_rate_floor", own_rate_floor},
       {"peak_rss_bytes", r.peak_rss_bytes},
       {"experts_skipped", r.experts_skipped},
       {"expert_failures", failures},
@@ -320,6 +348,15 @@ std::string SummaryLines(const RunReport& r) {
                   FormatIecBytes(p.lm_head_bytes).c_str(), FormatIecBytes(p.expert_bytes).c_str(),
                   f->floor.floor_s, f->floor.bound.c_str(), f->floor.disk_s, f->floor.memory_s,
                   f->floor.compute_s, f->time_over_floor);
+    out += buf;
+  }
+  if (std::optional<OwnRateFloor> o = RunOwnRateFloor(r)) {
+    std::snprintf(buf, sizeof buf,
+                  "\nat the engine's own read rate (%s/s while reading): needed %s per decode "
+                  "token, floor %.4f s; time / that floor %.2f",
+                  FormatIecBytes(o->read_bytes_per_s).c_str(),
+                  FormatIecBytes(o->needed_bytes_per_token).c_str(), o->floor_s,
+                  o->time_over_floor);
     out += buf;
   }
   if (r.layers_run != r.n_layers) {

@@ -12,6 +12,8 @@
 // expert_hit_rate, expert_guesses, expert_guesses_used, expert_guess_precision (used ÷ guesses;
 // null without guesses), io_share (I/O busy ÷ wall), io_hidden (share of I/O busy time the engine
 // did not wait for)}, memory_plan {…}, streaming (null when every weight is held) {plan {…},
+// own_rate_floor (null when nothing was read per token) {read_bytes_per_s,
+// needed_bytes_per_token, floor_s, seconds_per_token, time_over_floor},
 // stats {… prefetches, prefetch_used, prefetch_failed}, reader}, floor (null when not measured) {bandwidths
 // {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
 // peak_rss_bytes, experts_skipped, expert_failures [{layer, expert, reason}], valid.
@@ -71,6 +73,22 @@ struct FloorResult {
   double time_over_floor = 0;
 };
 std::optional<FloorResult> RunFloor(const RunReport& r);
+
+// The disk floor at the engine's OWN read rate: the bytes a decode token had to read (all but
+// unused guesses) ÷ the rate the run read at while reads were in flight (all bytes read ÷ I/O
+// busy seconds, every step). It needs no probe, so unlike the probed floor it does not swing
+// with a host or device cache that the probe and the engine see in different states; but it
+// only says how well the engine used the disk it had (time ÷ it ≈ 1 ÷ (the decode steps' I/O
+// share × the share of their reads that were needed)), not how fast that disk can be.
+// Nullopt without generated tokens, without read time, or when a token reads no weights.
+struct OwnRateFloor {
+  double read_bytes_per_s = 0;
+  double needed_bytes_per_token = 0;
+  double floor_s = 0;
+  double seconds_per_token = 0;
+  double time_over_floor = 0;
+};
+std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r);
 
 // "step 3 (decode, 1 token): id 417  0.012 s  read 1.25 MiB (trunk 0 B, experts 1.25 MiB, …)".
 std::string StepLine(const StepRecord& s);

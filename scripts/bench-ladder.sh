@@ -127,18 +127,10 @@ for rung in rungs:
         print(f"PEAK RSS {rss/GiB:.2f} GiB exceeds plan {plan/GiB:.2f} GiB + 64 MiB on rung {rung}")
     hit = r0["totals"]["expert_hit_rate"]
     guessed = r0["totals"].get("expert_guess_precision")
-    # Time ÷ the floor at the engine's OWN read rate: the bytes the token had to read (not the
-    # unused guesses) ÷ (all bytes read ÷ the time reads were in flight). It needs no probe, so
-    # it does not move with the host cache's state the way the probe's floor does.
-    own = []
-    for r in reps:
-        busy = sum(s["io_busy_s"] for s in r["steps"])
-        read = sum(s["bytes_read"]["total"] for s in r["steps"])
-        t = r["totals"]["bytes_per_token"]
-        need = t["total"] - t.get("prefetch_unused", 0)
-        weights = t["trunk"] + t["lm_head"] + t["experts"]  # 0 when everything is resident
-        if busy > 0 and read > 0 and weights > 0:
-            own.append(r["totals"]["decode_seconds_per_token"] / (need / (read / busy)))
+    # Time ÷ the floor at the engine's OWN read rate (k3run's report, own_rate_floor: the bytes
+    # a token had to read ÷ all bytes read per busy second). It needs no probe, so it does not
+    # move with the host cache's state the way the probe's floor does. Null when resident.
+    own = [r["own_rate_floor"]["time_over_floor"] for r in reps if r.get("own_rate_floor")]
     rows.append((rung, spt, bpt, hit, r0["totals"]["io_share"], rss, plan, floor_s,
                  statistics.median(floors) if floors else None, bounds[0] if bounds else "-",
                  [r["totals"]["decode_seconds_per_token"] for r in reps], guessed,

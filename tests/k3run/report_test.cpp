@@ -54,6 +54,48 @@ TEST(Report, TotalsSumTheSteps) {
   EXPECT_DOUBLE_EQ(j["totals"]["seconds_per_token"].get<double>(), 0.5);
 }
 
+// Hand-computed: the run read 4000 + 1000 + 1000 bytes in 3 busy seconds (2000 B/s); a decode
+// token needed (800 + 200 unused − 200) = 800 bytes → floor 0.4 s; decode steps took 0.5 s each.
+TEST(Report, OwnRateFloorIsNeededBytesAtTheRunsReadRate) {
+  RunReport r = Basic();
+  r.generated_ids = {7, 8, 9};
+  r.steps[0].bytes = ReadCounters{};
+  r.steps[0].bytes.trunk = 4000;
+  r.steps[0].source.io_busy_seconds = 2.0;
+  r.steps[1].bytes = ReadCounters{};
+  r.steps[1].bytes.experts = 800;
+  r.steps[1].bytes.prefetch_unused = 200;
+  r.steps[1].source.io_busy_seconds = 0.25;
+  r.steps[1].seconds = 0.5;
+  StepRecord c = r.steps[1];
+  c.index = 2;
+  c.token = 9;
+  c.source.io_busy_seconds = 0.75;
+  r.steps.push_back(c);
+  const std::optional<OwnRateFloor> o = RunOwnRateFloor(r);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_DOUBLE_EQ(o->read_bytes_per_s, 2000.0);
+  EXPECT_DOUBLE_EQ(o->needed_bytes_per_token, 800.0);
+  EXPECT_DOUBLE_EQ(o->floor_s, 0.4);
+  EXPECT_DOUBLE_EQ(o->seconds_per_token, 0.5);
+  EXPECT_DOUBLE_EQ(o->time_over_floor, 1.25);
+  const auto j = nlohmann::json::parse(RenderReportJson(r));
+  EXPECT_DOUBLE_EQ(j["own_rate_floor"]["time_over_floor"].get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(j["own_rate_floor"]["read_bytes_per_s"].get<double>(), 2000.0);
+  EXPECT_NE(SummaryLines(r).find("time / that floor 1.25"), std::string::npos) << SummaryLines(r);
+}
+
+TEST(Report, OwnRateFloorIsNullWithoutReadsPerTokenOrReadTime) {
+  RunReport r = Basic();  // decode step reads 30 expert bytes, but no busy time was recorded
+  EXPECT_FALSE(RunOwnRateFloor(r).has_value());
+  EXPECT_TRUE(nlohmann::json::parse(RenderReportJson(r))["own_rate_floor"].is_null());
+  r.steps[0].source.io_busy_seconds = 1.0;
+  EXPECT_TRUE(RunOwnRateFloor(r).has_value());
+  r.steps[1].bytes = ReadCounters{};  // everything resident: a token reads nothing
+  EXPECT_FALSE(RunOwnRateFloor(r).has_value());
+  EXPECT_EQ(SummaryLines(r).find("own read rate"), std::string::npos);
+}
+
 TEST(Report, PrefillOnlyStepHasNullToken) {
   RunReport r = Basic();
   r.generated_ids.clear();

@@ -45,6 +45,7 @@ std::vector<int32_t> GuessExperts(const LayerWeights& next, const Dims& d, const
                                   int64_t T, int64_t count) {
   count = std::min(count, d.n_experts);
   if (next.is_dense || count <= 0 || T <= 0) return {};
+  T = std::min(T, count);
   Dims ranked_dims = d;
   ranked_dims.topk = count;
   std::vector<float> x(static_cast<size_t>(d.hidden));

@@ -257,6 +257,36 @@ TEST(GuessExperts, RowsMergeRankMajorWithoutRepeats) {
   EXPECT_EQ(GuessExperts(next, d, h.data(), kRows, kCount), want);
 }
 
+TEST(GuessExperts, OnlyTheFirstCountRowsAreRanked) {
+  const Dims d = GuessDims();
+  RandomModel m(d, 8);
+  const LayerWeights next = m.Layer(false, false);
+  constexpr int64_t kCount = 2;
+  F h;
+  std::vector<int32_t> want;  // rows 0 and 1 only, rank-major
+  std::vector<std::vector<int32_t>> per_row;
+  for (int t = 0; t < 5; ++t) {
+    const F row = m.Activations(d.hidden, 2.0f);
+    h.insert(h.end(), row.begin(), row.end());
+    per_row.push_back(RankUnder(next, next.post_attention_layernorm, d, row, kCount));
+  }
+  for (int64_t j = 0; j < kCount; ++j) {
+    for (int64_t t = 0; t < kCount; ++t) {
+      const int32_t e = per_row[static_cast<size_t>(t)][static_cast<size_t>(j)];
+      if (std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
+    }
+  }
+  const std::vector<int32_t> got = GuessExperts(next, d, h.data(), 5, kCount);
+  EXPECT_EQ(got, want);
+  bool later_rows_differ = false;  // precondition: ranking all rows would have given more
+  for (int t = kCount; t < 5; ++t) {
+    for (int32_t e : per_row[static_cast<size_t>(t)]) {
+      later_rows_differ |= std::find(want.begin(), want.end(), e) == want.end();
+    }
+  }
+  EXPECT_TRUE(later_rows_differ) << "test precondition: later rows must rank other experts";
+}
+
 TEST(GuessExperts, NothingForADenseLayerOrNoRoom) {
   const Dims d = GuessDims();
   RandomModel m(d, 7);

@@ -12,11 +12,11 @@
 // expert_hit_rate, expert_guesses, expert_guesses_used, expert_guess_precision (used ÷ guesses;
 // null without guesses), io_share (I/O busy ÷ wall), io_hidden (share of I/O busy time the engine
 // did not wait for)}, memory_plan {…}, streaming (null when every weight is held) {plan {…},
+// stats {… prefetches, prefetch_used, prefetch_failed}, reader}, floor (null when not measured)
+// {bandwidths {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
 // own_rate_floor (null when nothing was read per token) {read_bytes_per_s,
-// needed_bytes_per_token, floor_s, seconds_per_token, time_over_floor},
-// stats {… prefetches, prefetch_used, prefetch_failed}, reader}, floor (null when not measured) {bandwidths
-// {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
-// peak_rss_bytes, experts_skipped, expert_failures [{layer, expert, reason}], valid.
+// needed_bytes_per_token, floor_s, seconds_per_token, time_over_floor}, peak_rss_bytes,
+// experts_skipped, expert_failures [{layer, expert, reason}], valid.
 #pragma once
 
 #include <cstdint>

@@ -234,25 +234,40 @@ TEST(GuessExperts, OneRowIsTheNextLayersRankingUnderItsOwnNorm) {
   EXPECT_EQ(std::vector<int32_t>(all.begin(), all.begin() + kCount), want);
 }
 
+// `rows` random rows laid out [rows][E] in *h, and each row's own top `count` under next's norm.
+std::vector<std::vector<int32_t>> RandomRows(RandomModel& m, const LayerWeights& next,
+                                             const Dims& d, int64_t rows, int64_t count, F* h) {
+  std::vector<std::vector<int32_t>> per_row;
+  for (int64_t t = 0; t < rows; ++t) {
+    const F row = m.Activations(d.hidden, 2.0f);
+    h->insert(h->end(), row.begin(), row.end());
+    per_row.push_back(RankUnder(next, next.post_attention_layernorm, d, row, count));
+  }
+  return per_row;
+}
+
+// The spec's merge, written out: every row's first choice, then every row's second, …, over the
+// first `rows` rows, skipping repeats.
+std::vector<int32_t> MergeRankMajor(const std::vector<std::vector<int32_t>>& per_row,
+                                    int64_t rows, int64_t count) {
+  std::vector<int32_t> merged;
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t t = 0; t < rows; ++t) {
+      const int32_t e = per_row[static_cast<size_t>(t)][static_cast<size_t>(j)];
+      if (std::find(merged.begin(), merged.end(), e) == merged.end()) merged.push_back(e);
+    }
+  }
+  return merged;
+}
+
 TEST(GuessExperts, RowsMergeRankMajorWithoutRepeats) {
   const Dims d = GuessDims();
   RandomModel m(d, 6);
   const LayerWeights next = m.Layer(false, false);
   constexpr int64_t kRows = 3, kCount = 6;
   F h;
-  std::vector<std::vector<int32_t>> per_row;
-  for (int64_t t = 0; t < kRows; ++t) {
-    const F row = m.Activations(d.hidden, 2.0f);
-    h.insert(h.end(), row.begin(), row.end());
-    per_row.push_back(RankUnder(next, next.post_attention_layernorm, d, row, kCount));
-  }
-  std::vector<int32_t> want;
-  for (int64_t j = 0; j < kCount; ++j) {
-    for (int64_t t = 0; t < kRows; ++t) {
-      const int32_t e = per_row[static_cast<size_t>(t)][static_cast<size_t>(j)];
-      if (std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
-    }
-  }
+  const auto per_row = RandomRows(m, next, d, kRows, kCount, &h);
+  const std::vector<int32_t> want = MergeRankMajor(per_row, kRows, kCount);
   ASSERT_GT(want.size(), static_cast<size_t>(kCount)) << "test precondition: rows must differ";
   EXPECT_EQ(GuessExperts(next, d, h.data(), kRows, kCount), want);
 }
@@ -261,25 +276,13 @@ TEST(GuessExperts, OnlyTheFirstCountRowsAreRanked) {
   const Dims d = GuessDims();
   RandomModel m(d, 8);
   const LayerWeights next = m.Layer(false, false);
-  constexpr int64_t kCount = 2;
+  constexpr int64_t kRows = 5, kCount = 2;
   F h;
-  std::vector<int32_t> want;  // rows 0 and 1 only, rank-major
-  std::vector<std::vector<int32_t>> per_row;
-  for (int t = 0; t < 5; ++t) {
-    const F row = m.Activations(d.hidden, 2.0f);
-    h.insert(h.end(), row.begin(), row.end());
-    per_row.push_back(RankUnder(next, next.post_attention_layernorm, d, row, kCount));
-  }
-  for (int64_t j = 0; j < kCount; ++j) {
-    for (int64_t t = 0; t < kCount; ++t) {
-      const int32_t e = per_row[static_cast<size_t>(t)][static_cast<size_t>(j)];
-      if (std::find(want.begin(), want.end(), e) == want.end()) want.push_back(e);
-    }
-  }
-  const std::vector<int32_t> got = GuessExperts(next, d, h.data(), 5, kCount);
-  EXPECT_EQ(got, want);
+  const auto per_row = RandomRows(m, next, d, kRows, kCount, &h);
+  const std::vector<int32_t> want = MergeRankMajor(per_row, kCount, kCount);  // rows 0 and 1
+  EXPECT_EQ(GuessExperts(next, d, h.data(), kRows, kCount), want);
   bool later_rows_differ = false;  // precondition: ranking all rows would have given more
-  for (int t = kCount; t < 5; ++t) {
+  for (int64_t t = kCount; t < kRows; ++t) {
     for (int32_t e : per_row[static_cast<size_t>(t)]) {
       later_rows_differ |= std::find(want.begin(), want.end(), e) == want.end();
     }

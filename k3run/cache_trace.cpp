@@ -34,6 +34,20 @@ Status ValidateHeader(const std::string& dir, const CacheTraceHeader& h) {
 
 }  // namespace
 
+CacheTraceHeader TraceHeaderFor(const ModelConfig& c, const StreamingPlan& plan,
+                                std::string prepared_dir) {
+  CacheTraceHeader h;
+  h.n_layers = c.n_layers;
+  h.first_dense = c.first_dense;
+  h.n_experts = c.n_experts;
+  h.topk = c.topk;
+  h.expert_slots = plan.expert_slots;
+  h.expert_slot_bytes = plan.expert_slot_bytes;
+  h.policy = plan.policy;
+  h.prepared_dir = std::move(prepared_dir);
+  return h;
+}
+
 Result<std::unique_ptr<CacheTraceWriter>> CacheTraceWriter::Create(
     Env* env, const std::string& dir, const CacheTraceHeader& header) {
   if (dir.empty()) {

@@ -26,6 +26,7 @@
 #include "common/env.h"
 #include "common/status.h"
 #include "k3run/expert_cache.h"
+#include "k3run/streaming_plan.h"
 
 namespace k3::run {
 
@@ -45,6 +46,10 @@ struct CacheTraceHeader {
   CachePolicy policy = CachePolicy::kS3Fifo;
   std::string prepared_dir;
 };
+
+// The header of a run of model `c` under streaming plan `plan` on `prepared_dir`.
+CacheTraceHeader TraceHeaderFor(const ModelConfig& c, const StreamingPlan& plan,
+                                std::string prepared_dir);
 
 // The engine's StreamingStats at the end of the run (same meanings).
 struct CacheTraceCounters {

@@ -352,16 +352,8 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
       return Status::Invalid("--dump-cache-trace needs a memory budget (--budget-gb, --preset, "
                              "--trunk-gb or --cache-gb): without one there is no expert cache");
     }
-    CacheTraceHeader th;
-    th.n_layers = c.n_layers;
-    th.first_dense = c.first_dense;
-    th.n_experts = c.n_experts;
-    th.topk = c.topk;
-    th.expert_slots = splan->expert_slots;
-    th.expert_slot_bytes = splan->expert_slot_bytes;
-    th.policy = splan->policy;
-    th.prepared_dir = o.prepared;
-    K3_ASSIGN_OR_RETURN(trace, CacheTraceWriter::Create(env, o.cache_trace_dir, th));
+    K3_ASSIGN_OR_RETURN(trace, CacheTraceWriter::Create(env, o.cache_trace_dir,
+                                                        TraceHeaderFor(c, *splan, o.prepared)));
   }
   if (splan) {
     StreamingOptions sopt;

@@ -238,20 +238,10 @@ TEST(StreamingPrefetch, OnlyWhereTheCacheHasRoomAndTheNextRouterIsHeld) {
 // cache must be driven by routing alone for the replay to reproduce it.
 TEST(StreamingPrefetch, OffWhileACacheTraceIsRecorded) {
   Tiny t = OpenTiny();
-  const ModelConfig& c = t.p.manifest.config;
   const StreamingPlan all = Everything(t.p);
-  CacheTraceHeader h;
-  h.n_layers = c.n_layers;
-  h.first_dense = c.first_dense;
-  h.n_experts = c.n_experts;
-  h.topk = c.topk;
-  h.expert_slots = all.expert_slots;
-  h.expert_slot_bytes = all.expert_slot_bytes;
-  h.policy = all.policy;
-  h.prepared_dir = TinyPreparedDir();
   test::TempDir dir;
-  Result<std::unique_ptr<CacheTraceWriter>> trace =
-      CacheTraceWriter::Create(Env::Default(), dir.path(), h);
+  Result<std::unique_ptr<CacheTraceWriter>> trace = CacheTraceWriter::Create(
+      Env::Default(), dir.path(), TraceHeaderFor(t.p.manifest.config, all, TinyPreparedDir()));
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
   StreamingOptions o;
   o.prefetch_experts = kGuesses;

@@ -148,6 +148,13 @@ Result<ParsedJson> ParseJson(std::string_view text, const std::string& source) {
   return out;
 }
 
+// Why a JSON number cannot be an int field (" is not a whole number", ...), empty when it can.
+std::string IntProblem(double d) {
+  if (!(d > -2147483649.0 && d < 2147483648.0)) return " does not fit a 32-bit integer";
+  if (d != std::trunc(d)) return " is not a whole number (integer fields are never truncated)";
+  return "";
+}
+
 // ------------------------------------------------------------------------------------------
 // The lookup of MODEL.md §1.2.
 struct Located {
@@ -217,15 +224,15 @@ class ConfigReader {
     return true;
   }
 
-  // Integer fields are C truncations of the double; values no int can hold are refused rather
-  // than cast (the cast would be undefined behaviour).
+  // Integer fields must hold whole numbers (see config.h: 128.0 is 128, 128.5 is refused rather
+  // than truncated); values no int can hold are refused rather than cast (the cast would be
+  // undefined behaviour). The upper bounds are CheckRules' job.
   void Int(const char* primary, const char* alias, int* out) {
     double d = 0;
     std::string path;
     if (!Number(primary, alias, &d, &path)) return;
-    if (!(d > -2147483649.0 && d < 2147483648.0)) {
-      problems_->push_back(path + " = " + Find(primary, alias).value->dump() +
-                           " does not fit a 32-bit integer");
+    if (const std::string why = IntProblem(d); !why.empty()) {
+      problems_->push_back(path + " = " + Find(primary, alias).value->dump() + why);
       return;
     }
     *out = static_cast<int>(d);
@@ -312,8 +319,8 @@ void ReadLayerMap(ConfigReader& r, ModelConfig* c, std::vector<std::string>* pro
     std::string why;
     if (!e.is_number()) {
       why = std::string("of type ") + e.type_name();
-    } else if (const double d = e.get<double>(); !(d > -2147483649.0 && d < 2147483648.0)) {
-      why = e.dump() + " (no 32-bit integer)";
+    } else if (const std::string no = IntProblem(e.get<double>()); !no.empty()) {
+      why = e.dump() + no;
     } else {
       layers.push_back(static_cast<int>(e.get<double>()));
       continue;
@@ -322,7 +329,8 @@ void ReadLayerMap(ConfigReader& r, ModelConfig* c, std::vector<std::string>* pro
     ++n_bad;
   }
   if (n_bad != 0) {
-    problems->push_back(hit.path + ": every entry must be a number (a one-based layer index): " +
+    problems->push_back(hit.path + ": every entry must be a whole number (a one-based layer "
+                        "index): " +
                         ShortList(bad, n_bad));
     usable = false;
   }
@@ -429,6 +437,60 @@ void Mxfp4DimProblems(const ModelConfig& c, const std::string& latent_key,
   }
 }
 
+// The upper bounds of config.h, each checked only when its value was read. Messages name the
+// bound and what it protects, so a user who really has such a model knows what to change.
+void CheckUpperBounds(const ModelConfig& c, const ConfigReader& r,
+                      std::vector<std::string>* problems) {
+  struct Bound {
+    const char* key;
+    int value;
+    int max;
+  };
+  const Bound bounds[] = {
+      {"num_hidden_layers", c.n_layers, kMaxLayers},
+      {"hidden_size", c.hidden, kMaxWidth},
+      {"vocab_size", c.vocab, kMaxVocab},
+      {"num_heads", c.kda_heads, kMaxHeads},
+      {"head_dim", c.kda_head_dim, kMaxHeadDim},
+      {"short_conv_kernel_size", c.conv_k, kMaxConvKernel},
+      {"num_attention_heads", c.n_heads, kMaxHeads},
+      {"q_lora_rank", c.q_lora, kMaxWidth},
+      {"kv_lora_rank", c.kv_lora, kMaxWidth},
+      {"qk_nope_head_dim", c.qk_nope, kMaxHeadDim},
+      {"qk_rope_head_dim", c.qk_rope, kMaxHeadDim},
+      {"v_head_dim", c.v_head, kMaxHeadDim},
+      {"num_experts", c.n_experts, kMaxExperts},
+      {"num_shared_experts", c.n_shared, kMaxSharedExperts},
+      {"routed_expert_hidden_size", c.latent, kMaxWidth},
+      {"moe_intermediate_size", c.moe_inter, kMaxWidth},
+      {"intermediate_size", c.dense_inter, kMaxDenseInter},
+      {"attn_res_block_size", c.attn_res_block, kMaxAttnResBlock},
+  };
+  for (const Bound& b : bounds) {
+    if (r.Have(b.key) && b.value > b.max) {
+      problems->push_back(r.Path(b.key) + " = " + std::to_string(b.value) +
+                          " exceeds the bound " + std::to_string(b.max) +
+                          " (k3's limit, far above the released model; docs/FORMATS.md lists "
+                          "every bound): a corrupted or hostile config.json?");
+    }
+  }
+  // The product sizes experts.idx and every per-expert table; each factor alone may be in
+  // bounds. Only checked when both factors are (the product then fits 64 bits).
+  if (r.Have("num_hidden_layers") && r.Have("first_k_dense_replace") && r.Have("num_experts") &&
+      c.n_layers <= kMaxLayers && c.n_experts <= kMaxExperts && c.first_dense >= 0 &&
+      c.first_dense <= c.n_layers) {
+    const int64_t routed = int64_t{c.n_layers - c.first_dense} * c.n_experts;
+    if (routed > kMaxRoutedExperts) {
+      problems->push_back("(num_hidden_layers " + std::to_string(c.n_layers) +
+                          " - first_k_dense_replace " + std::to_string(c.first_dense) +
+                          ") x num_experts " + std::to_string(c.n_experts) + " = " +
+                          std::to_string(routed) + " routed experts exceeds the bound " +
+                          std::to_string(kMaxRoutedExperts) +
+                          " (k3's limit, far above the released model's 82,432)");
+    }
+  }
+}
+
 // The rules of MODEL.md §1.5 (4–10) and ours; each checked only when its inputs were read.
 void CheckRules(const ModelConfig& c, const ConfigReader& r, std::vector<std::string>* problems) {
   auto at = [&r](const char* key) { return r.Path(key); };
@@ -516,6 +578,7 @@ void CheckRules(const ModelConfig& c, const ConfigReader& r, std::vector<std::st
     problems->push_back(at("num_shared_experts") + " = " + std::to_string(c.n_shared) +
                         " must be >= 0");
   }
+  CheckUpperBounds(c, r, problems);
   const std::pair<const char*, float> positive[] = {
       {"activation_situ_beta", c.situ_b1}, {"activation_situ_linear_beta", c.situ_b2},
       {"rms_norm_eps", c.rms_eps}, {"routed_scaling_factor", c.routed_scale}};

@@ -2,12 +2,16 @@
 //
 // Goals: reproduce the lookup of spec/MODEL.md §1 exactly (nested released shape or flat
 // fixture shape; candidate objects text_config → linear_attn_config → root; primary key then
-// alias; numbers as doubles truncated to int), never substitute a default for a required key,
-// report every missing key and every broken rule at once (Code::kInvalid), and serialise the
+// alias), never substitute a default for a required key, report every missing key and every
+// broken rule at once (Code::kInvalid), and serialise the
 // resolved values canonically for the prepared manifest. Also writes config.json in the
 // released nested shape (for synthetic checkpoints).
-// Non-goals: the vision config (ignored), keys the engine does not read, upper bounds on sizes
-// beyond those MODEL.md §1.5 states (consumers that multiply dimensions check their own products).
+// Integers: an integer field must hold a whole number (128, or 128.0 since MODEL.md §1.2 reads
+// numbers as doubles), never 128.5: MODEL.md's C truncation would turn a corrupted size into a
+// silently different model, so a fraction is refused naming the key. Counts and sizes above the
+// bounds below are refused too.
+// Non-goals: the vision config (ignored), keys the engine does not read (max_position_embeddings
+// among them: nothing is sized from it).
 // Evolution: a new engine field is a new required key unless it has a real default; the
 // canonical JSON gains the key (so old prepared manifests no longer match, by design).
 #pragma once
@@ -28,6 +32,29 @@ inline constexpr size_t kMaxFullAttnLayers = 128;  // length of full_attn_layers
 inline constexpr int kMaxTopK = 64;                // sizes fixed routing arrays
 inline constexpr int kMxfp4GroupSize = 32;         // OCP MX: one E8M0 scale per 32 elements
 inline constexpr uint64_t kMaxConfigBytes = 16 << 20;  // the release's config.json is 10 KB
+
+// Upper bounds on every count and size read from config.json (docs/FORMATS.md "Bounds"). Each is
+// the released value times a generous factor: large enough for any plausible successor model,
+// small enough that nothing sized from a config (per-layer, per-expert and per-tensor work and
+// allocations, products of dimensions) can run away: with these bounds every tensor a config
+// implies is under 2^44 bytes and no product of dimensions is near 2^64.
+inline constexpr int kMaxLayers = 4096;          // num_hidden_layers; release 93 (44x)
+inline constexpr int kMaxExperts = 65536;        // num_experts; release 896 (73x)
+inline constexpr int kMaxVocab = 1 << 22;        // vocab_size 4,194,304; release 163,840 (25x)
+// hidden_size, q/kv lora ranks, routed_expert_hidden_size, moe_intermediate_size; release at
+// most 7,168 (9x). Also keeps one MXFP4 expert sub-tensor (moe_inter x latent / 2 bytes) within
+// the u32 sub_size of experts.idx.
+inline constexpr int kMaxWidth = 65536;
+inline constexpr int kMaxDenseInter = 1 << 18;   // intermediate_size 262,144; release 33,792 (7.7x)
+inline constexpr int kMaxHeads = 4096;           // num_heads, num_attention_heads; release 96 (42x)
+inline constexpr int kMaxHeadDim = 4096;         // head_dim, qk_nope/qk_rope/v_head; release ≤ 128 (32x)
+inline constexpr int kMaxConvKernel = 256;       // short_conv_kernel_size; release 4 (64x)
+inline constexpr int kMaxSharedExperts = 64;     // num_shared_experts; release 2 (32x)
+// attn_res_block_size: a block longer than the deepest model allowed means the same as "one block".
+inline constexpr int kMaxAttnResBlock = kMaxLayers;
+// (num_hidden_layers − first_k_dense_replace) × num_experts, the routed experts of the model
+// (records of experts.idx: at most 512 MiB of them); release 82,432 (50x).
+inline constexpr int64_t kMaxRoutedExperts = int64_t{1} << 22;
 
 struct ModelConfig {
   // Field names follow MODEL.md §1.3 ("engine field").

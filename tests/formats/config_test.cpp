@@ -235,16 +235,78 @@ TEST(ConfigLookup, FlatShapeReadsLinearAttnConfigUnderRoot) {
   EXPECT_EQ(r->kda_head_dim, 8);  // linear_attn_config (primary) beats root's kda_head_dim 16
 }
 
-TEST(ConfigLookup, IntegersAreCTruncated) {
+// MODEL.md §1.2 reads numbers as doubles, so a whole number written as a float is that number;
+// a fraction is refused (config.h: truncating would silently build a different model).
+TEST(ConfigLookup, IntegralFloatsAreIntegers) {
   ojson j = Flat();
-  j["hidden_size"] = 128.9;
-  j["num_experts"] = 8.99;
-  j["full_attn_layers"] = {4.7, 8, 12, 13};
+  j["hidden_size"] = 128.0;
+  j["full_attn_layers"] = {4.0, 8, 12, 13};
   Result<ModelConfig> r = Parse(j);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->hidden, 128);
-  EXPECT_EQ(r->n_experts, 8);
   EXPECT_EQ(r->full_attn_layers[0], 4);
+}
+
+TEST(ConfigRules, NonIntegerValuesRefusedNotTruncated) {
+  ojson j = Flat();
+  j["hidden_size"] = 128.5;
+  j["num_experts"] = 8.99;
+  const std::string msg = Refusal(j);
+  EXPECT_THAT(msg, HasSubstr("hidden_size = 128.5 is not a whole number"));
+  EXPECT_THAT(msg, HasSubstr("num_experts = 8.99 is not a whole number"));
+}
+
+TEST(ConfigRules, NonIntegerLayerIndexRefused) {
+  ojson j = Flat();
+  j["full_attn_layers"] = {4.7, 8, 12, 13};
+  EXPECT_THAT(Refusal(j), HasSubstr("full_attn_layers: every entry must be a whole number (a "
+                                    "one-based layer index): [0] is 4.7 is not a whole number"));
+}
+
+// ---------------------------------------------------------------- upper bounds --------------
+
+// A billion layers used to be accepted, and pack then ran for hours with memory growing.
+TEST(ConfigBounds, BillionLayersRefusedNamingTheBound) {
+  ojson j = Released();
+  TextConfig(j)["num_hidden_layers"] = 1000000000;
+  EXPECT_THAT(Refusal(j), HasSubstr("text_config.num_hidden_layers = 1000000000 exceeds the "
+                                    "bound 4096"));
+}
+
+// Every bounded key: its bound is accepted, one more is refused naming the key and the bound.
+TEST(ConfigBounds, EveryCountAndSizeHasAnUpperBound) {
+  const std::pair<const char*, int> bounds[] = {
+      {"num_hidden_layers", kMaxLayers},       {"hidden_size", kMaxWidth},
+      {"vocab_size", kMaxVocab},               {"kda_num_heads", kMaxHeads},
+      {"kda_head_dim", kMaxHeadDim},           {"short_conv_kernel_size", kMaxConvKernel},
+      {"num_attention_heads", kMaxHeads},      {"q_lora_rank", kMaxWidth},
+      {"kv_lora_rank", kMaxWidth},             {"qk_nope_head_dim", kMaxHeadDim},
+      {"qk_rope_head_dim", kMaxHeadDim},       {"v_head_dim", kMaxHeadDim},
+      {"num_experts", kMaxExperts},            {"num_shared_experts", kMaxSharedExperts},
+      {"routed_expert_hidden_size", kMaxWidth}, {"moe_intermediate_size", kMaxWidth},
+      {"intermediate_size", kMaxDenseInter},   {"attn_res_block_size", kMaxAttnResBlock}};
+  for (const auto& [key, max] : bounds) {
+    SCOPED_TRACE(key);
+    ojson j = Flat();
+    j[key] = max;
+    Result<ModelConfig> at_bound = Parse(j);
+    EXPECT_TRUE(at_bound.ok()) << at_bound.status().ToString();
+    j[key] = max + 1;
+    EXPECT_THAT(Refusal(j), HasSubstr(std::string(key) + " = " + std::to_string(max + 1) +
+                                      " exceeds the bound " + std::to_string(max)));
+  }
+}
+
+// Layers and experts each within bounds, their product (experts.idx records) not.
+TEST(ConfigBounds, RoutedExpertCountBounded) {
+  ojson j = Flat();
+  j["num_hidden_layers"] = 1025;  // 1024 MoE layers
+  j["num_experts"] = 4097;
+  EXPECT_THAT(Refusal(j), HasSubstr("(num_hidden_layers 1025 - first_k_dense_replace 1) x "
+                                    "num_experts 4097 = 4195328 routed experts exceeds the bound "
+                                    "4194304"));
+  j["num_experts"] = 4096;
+  EXPECT_TRUE(Parse(j).ok());
 }
 
 TEST(ConfigLookup, OptionalBooleansDefaultToTrue) {
@@ -380,7 +442,7 @@ TEST(ConfigRules, LayerMapTooLongRefused) {
 TEST(ConfigRules, LayerEntryNotANumberRefused) {
   ojson j = Flat();
   j["full_attn_layers"] = {4, "8", 12, 13};
-  EXPECT_THAT(Refusal(j), HasSubstr("full_attn_layers: every entry must be a number "
+  EXPECT_THAT(Refusal(j), HasSubstr("full_attn_layers: every entry must be a whole number "
                                     "(a one-based layer index): [1] is of type string"));
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <utility>
 
 namespace k3::prep {
 namespace {
@@ -55,6 +56,10 @@ std::string RecordName(const ExpertsIndex& idx, uint64_t i) {
 }
 
 }  // namespace
+
+uint64_t ExpertsIndexFileSize(const std::vector<std::string>& files, uint64_t n_records) {
+  return PathTableEnd(files) + n_records * kExpertRecordSize;
+}
 
 ExpertRecord MakeExpertRecord(uint32_t file_id, uint64_t offset,
                               const std::array<uint64_t, kExpertSubCount>& sub_sizes,
@@ -142,6 +147,21 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
                            std::to_string(idx.first_moe_layer) + " exceeds n_layers " +
                            std::to_string(idx.n_layers));
   }
+  // The config's bounds (config.h), so a header cannot claim a model k3 would refuse anyway.
+  const std::pair<uint32_t, int64_t> counts[] = {{idx.n_layers, kMaxLayers},
+                                                 {idx.n_experts, kMaxExperts}};
+  for (size_t k = 0; k < 2; ++k) {
+    if (counts[k].first > counts[k].second) {
+      return Status::Invalid(At(source, k == 0 ? 8 : 16) + (k == 0 ? ": n_layers " : ": n_experts ") +
+                             std::to_string(counts[k].first) + " exceeds the bound " +
+                             std::to_string(counts[k].second) + " (re-run k3prep pack)");
+    }
+  }
+  if (uint64_t{idx.n_layers - idx.first_moe_layer} * idx.n_experts >
+      static_cast<uint64_t>(kMaxRoutedExperts)) {
+    return Status::Invalid(At(source, 16) + ": (n_layers - first_moe_layer) x n_experts exceeds "
+                           "the bound " + std::to_string(kMaxRoutedExperts) + " routed experts");
+  }
   // Each path needs at least 5 bytes, so this bounds n_files before anything is allocated.
   if (uint64_t{n_files} * 5 > bytes.size()) {
     return Status::Invalid(At(source, 20) + ": n_files " + std::to_string(n_files) +
@@ -215,6 +235,11 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
       r.sub_size[s] = GetU32(bytes, base + kRecSubSize + 4 * s);
     }
     r.xxh3_64 = GetU64(bytes, base + kRecHash);
+    if (r.offset > kMaxFileBytes) {
+      return Status::Invalid(where + ": offset " + std::to_string(r.offset) +
+                             " exceeds the bound " + std::to_string(kMaxFileBytes) +
+                             " (2^50) on byte offsets in a prepared directory");
+    }
     if ((r.flags & ~kExpertFlagsKnown) != 0) {
       return Status::Invalid(where + ": flags 0x" + Hex64(r.flags).substr(8) +
                              " has unknown bits (version 1 defines none)");

@@ -65,6 +65,10 @@ struct ExpertsIndex {
   }
 };
 
+// The exact size of an experts.idx with this path table and record count (header, padded path
+// table, records): k3.json's size for the file is checked against it before the file is read.
+uint64_t ExpertsIndexFileSize(const std::vector<std::string>& files, uint64_t n_records);
+
 // A record with sub-tensors laid out contiguously in canonical order from `offset`.
 ExpertRecord MakeExpertRecord(uint32_t file_id, uint64_t offset,
                               const std::array<uint64_t, kExpertSubCount>& sub_sizes,

@@ -86,8 +86,13 @@ std::string ExpertTensorName(int layer, int expert, int sub) {
 }
 
 uint64_t TensorSpec::nbytes() const {
+  // Saturates: a shape whose size overflows is then refused as too large by the kMaxFileBytes
+  // checks instead of wrapping to a small, plausible size.
   uint64_t n = DTypeSize(dtype);
-  for (uint64_t d : shape) n *= d;
+  for (uint64_t d : shape) {
+    if (d != 0 && n > UINT64_MAX / d) return UINT64_MAX;
+    n *= d;
+  }
   return n;
 }
 
@@ -200,6 +205,16 @@ uint64_t ExpertBytes(const ModelConfig& c) {
 Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& tensors,
                            bool require_experts) {
   const std::string what = "prepared layout";
+  // Bounds first (config.h): every loop below runs per layer and per expert. ParseModelConfig
+  // enforces them; a config built in code must not bypass them either.
+  if (c.n_layers > kMaxLayers || c.n_experts > kMaxExperts ||
+      (int64_t{c.n_layers} - c.first_dense) * c.n_experts > kMaxRoutedExperts) {
+    return Status::Invalid(what + ": config has num_hidden_layers " + std::to_string(c.n_layers) +
+                           " and num_experts " + std::to_string(c.n_experts) +
+                           ", beyond k3's bounds (" + std::to_string(kMaxLayers) + " layers, " +
+                           std::to_string(kMaxExperts) + " experts, " +
+                           std::to_string(kMaxRoutedExperts) + " routed experts)");
+  }
   if (c.n_layers <= 0 || c.first_dense < 0 || c.first_dense > c.n_layers) {
     return Status::Invalid(what + ": config has num_hidden_layers " +
                            std::to_string(c.n_layers) + " and first_k_dense_replace " +
@@ -252,7 +267,15 @@ Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& 
                    ", the config implies " + AcceptedShapes(want));
       return;
     }
+    // Offsets stay ≤ kMaxFileBytes (2^50), so this sum cannot overflow; past the bound the file
+    // would be one no disk holds, and offsets computed from it would wrap.
     const uint64_t at = AlignUp(*offset, align);
+    if (t.nbytes() > kMaxFileBytes - at) {
+      problems.Add("tensor \"" + t.name + "\" (" + std::to_string(t.nbytes()) +
+                   " bytes) would end beyond byte " + std::to_string(kMaxFileBytes) + " of " +
+                   std::string(file) + ", the bound on prepared file sizes (2^50)");
+      return;
+    }
     out->push_back(Region{t.name, std::string(file), at, t.nbytes(), t.dtype, t.shape, {}});
     *offset = at + t.nbytes();
   };

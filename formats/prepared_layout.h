@@ -43,6 +43,14 @@ inline constexpr uint64_t kResidentAlign = 4096;
 // Copy-mode experts start on 4096: each expert is one O_DIRECT read with no widening.
 inline constexpr uint64_t kExpertAlign = 4096;
 
+// --- Bounds ----------------------------------------------------------------------------------
+// Every byte size and offset in a prepared directory (k3.json file sizes, offsets, lengths, shape
+// dimensions; experts.idx offsets and lengths; the files BuildLayout computes) is at most 2^50
+// (1 PiB): ~10,000x the released trunk.bin (109 GB), ~700x the whole released checkpoint, and far
+// from 2^64, so sums of a few of them never overflow. Values above it are refused naming the
+// field, before anything is allocated or looped over from them.
+inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 50;
+
 // --- Names -----------------------------------------------------------------------------------
 inline constexpr std::string_view kSumFile = "k3.sum";
 inline constexpr std::string_view kManifestFile = "k3.json";
@@ -71,7 +79,7 @@ struct TensorSpec {
   std::string name;
   DType dtype = DType::kU8;
   std::vector<uint64_t> shape;
-  uint64_t nbytes() const;  // numel × dtype size
+  uint64_t nbytes() const;  // numel × dtype size; UINT64_MAX when that overflows
 };
 
 // Every tensor of a checkpoint (from its shard headers), in CheckpointIndex::All() order.

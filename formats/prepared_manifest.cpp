@@ -177,6 +177,32 @@ Status ValidateWholeFileRegions(const Manifest& m, const std::string& source) {
   return Status::Ok();
 }
 
+// experts.idx's size follows from the config and expert_files (its path table); checking it here
+// means the reader never loads a file larger than the config's record count needs (at most
+// kMaxRoutedExperts records, 512 MiB), whatever size k3.json claims.
+Status ValidateExpertsIndexSize(const Manifest& m, const std::string& source) {
+  std::vector<std::string> paths;
+  for (const FileEntry& f : m.expert_files) {
+    // experts.idx's own limit on a path (a u32 length it refuses above 4096).
+    if (f.path.size() > kMaxExpertPathLen) {
+      return Status::Invalid(source + ": expert_files: path of " + std::to_string(f.path.size()) +
+                             " bytes exceeds " + std::to_string(kMaxExpertPathLen));
+    }
+    paths.push_back(f.path);
+  }
+  const uint64_t records = static_cast<uint64_t>(std::max(0, m.config.n_moe_layers())) *
+                           static_cast<uint64_t>(std::max(0, m.config.n_experts));
+  const uint64_t want = ExpertsIndexFileSize(paths, records);
+  const uint64_t got = m.FindFile(kExpertsIndexFile)->size;
+  if (got != want) {
+    return Status::Invalid(source + ": files: experts.idx is listed as " + std::to_string(got) +
+                           " bytes, but " + std::to_string(records) + " records and the " +
+                           std::to_string(paths.size()) + " expert_files paths make " +
+                           std::to_string(want) + " bytes");
+  }
+  return Status::Ok();
+}
+
 // Recomputes the layout from the config and the listed tensors and requires equality: this is
 // where dtypes and shapes are checked against the config, and offsets against the format.
 Status ValidateAgainstLayout(const Manifest& m, const std::string& source) {
@@ -241,6 +267,19 @@ Status ValidateAgainstLayout(const Manifest& m, const std::string& source) {
   return Status::Ok();
 }
 
+// A byte size, offset or length: an unsigned integer ≤ kMaxFileBytes (prepared_layout.h), so
+// nothing downstream sums or allocates from a value near 2^64.
+Result<uint64_t> ByteField(mjson::ObjectReader& o, std::string_view key) {
+  K3_ASSIGN_OR_RETURN(uint64_t v, o.Unsigned(key));
+  if (v > kMaxFileBytes) {
+    return Status::Invalid(o.Path(key) + ": " + std::to_string(v) + " exceeds the bound " +
+                           std::to_string(kMaxFileBytes) +
+                           " (2^50) on byte sizes and offsets in a prepared directory; the "
+                           "manifest is corrupt or hostile: re-run k3prep pack");
+  }
+  return v;
+}
+
 ojson FileArray(const std::vector<FileEntry>& files) {
   ojson a = ojson::array();
   for (const FileEntry& f : files) a.push_back(ojson{{"path", f.path}, {"size", f.size}});
@@ -255,7 +294,7 @@ Result<std::vector<FileEntry>> ParseFileArray(mjson::ObjectReader& parent, std::
                                                    (*arr)[i], mjson::ElementPath(parent.Path(key), i)));
     FileEntry f;
     K3_ASSIGN_OR_RETURN(f.path, o.String("path"));
-    K3_ASSIGN_OR_RETURN(f.size, o.Unsigned("size"));
+    K3_ASSIGN_OR_RETURN(f.size, ByteField(o, "size"));
     K3_RETURN_IF_ERROR(o.CheckNoUnknownKeys());
     out.push_back(std::move(f));
   }
@@ -275,11 +314,13 @@ Result<ModelConfig> ParseConfigObject(const json& obj, const std::string& where)
   if (auto it = obj.find("mxfp4_group_size"); it != obj.end() && it->is_number_integer()) {
     c.mxfp4_group_size = it->get<int>();
   }
+  // Compared as text: json's == holds 64 equal to 64.0, but the canonical form writes integers
+  // as integers, and k3.json requires them so (FORMATS.md).
   const json canonical = json::parse(CanonicalConfigJson(c));
-  if (canonical != obj) {
+  if (canonical.dump() != obj.dump()) {
     std::string key = "(structure)";
     for (auto it = canonical.begin(); it != canonical.end(); ++it) {
-      if (!obj.contains(it.key()) || obj.at(it.key()) != it.value()) {
+      if (!obj.contains(it.key()) || obj.at(it.key()).dump() != it.value().dump()) {
         key = it.key();
         break;
       }
@@ -332,7 +373,7 @@ Status ValidateManifest(const Manifest& m, const std::string& source) {
   K3_RETURN_IF_ERROR(ValidateRegionBounds(m, source));
   K3_RETURN_IF_ERROR(ValidateWholeFileRegions(m, source));
   K3_RETURN_IF_ERROR(ValidateAgainstLayout(m, source));
-  return Status::Ok();
+  return ValidateExpertsIndexSize(m, source);
 }
 
 Result<std::string> RenderManifest(const Manifest& m) {
@@ -402,7 +443,7 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
                                                   mjson::ElementPath(src.Path("shards"), i)));
     SourceShard s;
     K3_ASSIGN_OR_RETURN(s.name, o.String("name"));
-    K3_ASSIGN_OR_RETURN(s.size, o.Unsigned("size"));
+    K3_ASSIGN_OR_RETURN(s.size, ByteField(o, "size"));
     if (o.Has("sha256")) {
       K3_ASSIGN_OR_RETURN(s.sha256, o.String("sha256"));
       if (s.sha256.empty()) return Status::Invalid(o.Path("sha256") + ": empty (omit it instead)");
@@ -430,10 +471,14 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
                                                   mjson::ElementPath(root.Path("trunk_runs"), i)));
     TrunkRun r;
     K3_ASSIGN_OR_RETURN(uint64_t layer, o.Unsigned("layer"));
-    if (layer > 1'000'000) return Status::Invalid(o.Path("layer") + ": out of range");
+    if (layer >= static_cast<uint64_t>(kMaxLayers)) {
+      return Status::Invalid(o.Path("layer") + ": " + std::to_string(layer) +
+                             " exceeds the bound " + std::to_string(kMaxLayers - 1) +
+                             " (k3 reads at most " + std::to_string(kMaxLayers) + " layers)");
+    }
     r.layer = static_cast<int>(layer);
-    K3_ASSIGN_OR_RETURN(r.offset, o.Unsigned("offset"));
-    K3_ASSIGN_OR_RETURN(r.length, o.Unsigned("length"));
+    K3_ASSIGN_OR_RETURN(r.offset, ByteField(o, "offset"));
+    K3_ASSIGN_OR_RETURN(r.length, ByteField(o, "length"));
     K3_RETURN_IF_ERROR(o.CheckNoUnknownKeys());
     m.runs.push_back(r);
   }
@@ -446,8 +491,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     Region r;
     K3_ASSIGN_OR_RETURN(r.name, o.String("name"));
     K3_ASSIGN_OR_RETURN(r.file, o.String("file"));
-    K3_ASSIGN_OR_RETURN(r.offset, o.Unsigned("offset"));
-    K3_ASSIGN_OR_RETURN(r.length, o.Unsigned("length"));
+    K3_ASSIGN_OR_RETURN(r.offset, ByteField(o, "offset"));
+    K3_ASSIGN_OR_RETURN(r.length, ByteField(o, "length"));
     K3_ASSIGN_OR_RETURN(std::string dtype, o.String("dtype"));
     std::optional<DType> dt = ParseDType(dtype);
     if (!dt) return Status::Invalid(o.Path("dtype") + ": unknown dtype \"" + dtype + "\"");
@@ -457,6 +502,11 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     for (const json& d : *shape) {
       if (!d.is_number_unsigned()) {
         return Status::Invalid(o.Path("shape") + ": dimensions must be unsigned integers");
+      }
+      if (d.get<uint64_t>() > kMaxFileBytes) {
+        return Status::Invalid(o.Path("shape") + ": dimension " + d.dump() +
+                               " exceeds the bound " + std::to_string(kMaxFileBytes) +
+                               " (2^50; a region is at most that many bytes)");
       }
       r.shape.push_back(d.get<uint64_t>());
     }

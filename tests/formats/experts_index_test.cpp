@@ -166,6 +166,28 @@ TEST(ExpertsIndex, FirstMoeLayerAboveNLayers) {
   ExpectInvalid(DecodeError(b), {"byte offset 12", "first_moe_layer 5", "n_layers 4"});
 }
 
+// Header counts are held to the config's bounds before the record count is even computed.
+TEST(ExpertsIndex, HeaderCountsAboveTheBoundsRefused) {
+  std::string b = EncodeExpertsIndex(TinyIndex());
+  SetU32(b, 8, 1000000000);
+  ExpectInvalid(DecodeError(b), {kSource, "byte offset 8", "n_layers 1000000000",
+                                 "exceeds the bound 4096"});
+  b = EncodeExpertsIndex(TinyIndex());
+  SetU32(b, 16, 65537);
+  ExpectInvalid(DecodeError(b), {"byte offset 16", "n_experts 65537", "exceeds the bound 65536"});
+  b = EncodeExpertsIndex(TinyIndex());
+  SetU32(b, 8, 4096);
+  SetU32(b, 16, 65536);
+  ExpectInvalid(DecodeError(b), {"byte offset 16", "exceeds the bound 4194304 routed experts"});
+}
+
+TEST(ExpertsIndex, RecordOffsetAboveTheBoundRefused) {
+  std::string b = EncodeExpertsIndex(TinyIndex());
+  SetU64(b, Rec(3) + 8, uint64_t{1} << 60);
+  ExpectInvalid(DecodeError(b), {"record 3 (layer 1, expert 3)", "offset 1152921504606846976",
+                                 "exceeds the bound 1125899906842624"});
+}
+
 TEST(ExpertsIndex, PathTableNotPadded) {
   std::string b = EncodeExpertsIndex(TinyIndex());
   b[100] = 'x';

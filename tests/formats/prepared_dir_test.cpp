@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "common/hash.h"
 #include "tests/support/fault_env.h"
 #include "formats/prepared_manifest.h"
@@ -92,6 +94,16 @@ TEST_F(PreparedDirTest, ValidJsonThatFailsValidationIsInvalidNotIntegrity) {
   json.replace(json.find("\"k3-prepared\""), 13, "\"k3-unknown\"");
   ResumJson(dir_.path(), json);
   ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {"k3.json", ".format"});
+}
+
+// A billion layers in k3.json (with a matching k3.sum) used to make every reader loop over the
+// layers for hours; the config's bound refuses it before anything is sized from it.
+TEST_F(PreparedDirTest, BillionLayersInK3JsonRefusedNamingTheField) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(ReadBytes(P("k3.json")));
+  j["config"]["num_hidden_layers"] = 1000000000;
+  ResumJson(dir_.path(), j.dump(1) + "\n");
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {"k3.json", "num_hidden_layers = 1000000000 exceeds the bound 4096"});
 }
 
 TEST_F(PreparedDirTest, TruncatedTrunkIsNamed) {

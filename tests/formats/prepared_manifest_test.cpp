@@ -274,6 +274,49 @@ TEST_F(PreparedManifest, ConfigEditedToAnotherModel) {
                {kSource, "regions do not match the config", "[128]"});
 }
 
+// The canonical form writes integers as integers; json's == would hold 64.0 equal to 64.
+TEST_F(PreparedManifest, ConfigIntegerWrittenAsFloatRefused) {
+  ExpectStatus(ParseEdited([](auto& j) { j["config"]["hidden_size"] = 64.0; }),
+               {kSource, "config.hidden_size", "canonical"});
+}
+
+TEST_F(PreparedManifest, ConfigCountAboveItsBoundRefused) {
+  ExpectStatus(ParseEdited([](auto& j) { j["config"]["num_experts"] = 70000; }),
+               {kSource, "num_experts = 70000 exceeds the bound 65536"});
+}
+
+// Every byte size and offset in k3.json is at most 2^50, named by its JSON path.
+TEST_F(PreparedManifest, ByteFieldsAboveTheBoundRefused) {
+  const uint64_t over = (uint64_t{1} << 50) + 1;
+  const std::string bound = "exceeds the bound 1125899906842624";
+  ExpectStatus(ParseEdited([&](auto& j) { j["files"][0]["size"] = over; }),
+               {"files[0].size", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["expert_files"][1]["size"] = over; }),
+               {"expert_files[1].size", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["source"]["shards"][0]["size"] = over; }),
+               {"source.shards[0].size", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["trunk_runs"][2]["offset"] = over; }),
+               {"trunk_runs[2].offset", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["trunk_runs"][2]["length"] = over; }),
+               {"trunk_runs[2].length", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["regions"][1]["offset"] = over; }),
+               {"regions[1].offset", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["regions"][1]["length"] = over; }),
+               {"regions[1].length", bound});
+  ExpectStatus(ParseEdited([&](auto& j) { j["regions"][1]["shape"][0] = over; }),
+               {"regions[1].shape", "dimension 1125899906842625", bound});
+  ExpectStatus(ParseEdited([](auto& j) { j["trunk_runs"][2]["layer"] = 4096; }),
+               {"trunk_runs[2].layer", "4096 exceeds the bound 4095"});
+}
+
+// The reader loads experts.idx whole, so its listed size must be the one the config implies.
+TEST_F(PreparedManifest, ExpertsIdxSizeMustFollowFromTheConfig) {
+  F("experts.idx").size += 128;
+  R("experts.idx").length += 128;
+  R("experts.idx").shape = {R("experts.idx").length};
+  ExpectInvalid({kSource, "experts.idx is listed as", "12 records"});
+}
+
 TEST_F(PreparedManifest, DuplicateJsonKey) {
   Result<std::string> text = RenderManifest(m_);
   ASSERT_TRUE(text.ok());

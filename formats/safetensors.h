@@ -92,7 +92,8 @@ Result<Header> ParseFileBytes(std::string_view file, const std::string& shard);
 Status CheckHeaderLength(uint64_t header_len, uint64_t file_size, const std::string& shard);
 // numel × DTypeSize(dtype); nullopt when that overflows 64 bits.
 std::optional<uint64_t> CheckedByteSize(DType dtype, const std::vector<uint64_t>& shape);
-// A tensor name as shown in messages: quoted, control bytes as \xNN, cut after 200 bytes.
+// A tensor name as shown in messages: common/printable.h's Printable() between double quotes
+// (a '"' inside shows as \x22), cut after 200 bytes.
 std::string PrintableName(std::string_view name);
 // Index of the first byte that breaks well-formed UTF-8 (RFC 3629: no overlong forms, no
 // surrogates, nothing above U+10FFFF); nullopt when `s` is valid.

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/printable.h"
 #include "formats/safetensors.h"
 
 namespace k3::st {
@@ -40,16 +41,7 @@ std::string PrintableName(std::string_view s) {
   constexpr size_t kMaxShown = 200;
   size_t n = std::min(s.size(), kMaxShown);
   while (n < s.size() && n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
-  std::string out = "\"";
-  for (size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F || c == '"' || c == '\\') {
-      AppendHexByte(out, c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '"';
+  std::string out = "\"" + Printable(s.substr(0, n), "\"") + "\"";
   if (n < s.size()) out += "… (" + std::to_string(s.size()) + " bytes)";
   return out;
 }

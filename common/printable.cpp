@@ -1,0 +1,46 @@
+#include "common/printable.h"
+
+#include "common/utf8.h"
+
+namespace k3 {
+namespace {
+
+void AppendHexByte(std::string& out, unsigned char c) {
+  static const char kHex[] = "0123456789ABCDEF";
+  out += "\\x";
+  out += kHex[c >> 4];
+  out += kHex[c & 15];
+}
+
+}  // namespace
+
+std::string Printable(std::string_view s, std::string_view also) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F || c == '\\' || also.find(static_cast<char>(c)) != also.npos) {
+        AppendHexByte(out, c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    const Utf8Step step = DecodeUtf8Step(s, i);
+    // U+0080-U+009F are encoded C2 80 .. C2 9F.
+    const bool c1 = step.valid && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) <= 0x9F;
+    if (step.valid && !c1) {
+      out.append(s.substr(i, step.len));
+    } else {
+      for (size_t k = 0; k < step.len; ++k) {
+        AppendHexByte(out, static_cast<unsigned char>(s[i + k]));
+      }
+    }
+    i += step.len;
+  }
+  return out;
+}
+
+}  // namespace k3

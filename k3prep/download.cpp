@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "formats/download_manifest.h"
+#include "k3prep/download_http.h"
 #include "k3prep/download_hub.h"
 #include "k3prep/download_transfer.h"
 
@@ -49,9 +50,10 @@ Status ValidateOptions(const DownloadOptions& o) {
   if (o.backoff_base_ms < 0 || o.backoff_base_ms > 8000) {
     return Status::Invalid("--backoff-base-ms must be 0..8000 (waits are capped at 8 s)");
   }
-  if (Origin(o.endpoint).empty() || (o.endpoint.rfind("https://", 0) != 0 &&
-                                     o.endpoint.rfind("http://", 0) != 0)) {
-    return Status::Invalid("endpoint '" + o.endpoint + "' (HF_ENDPOINT) is not an http(s) URL");
+  const std::string scheme = UrlScheme(o.endpoint);
+  if (Origin(o.endpoint).empty() || (scheme != "https" && scheme != "http")) {
+    return Status::Invalid("endpoint '" + RedactUrl(o.endpoint) +
+                           "' (HF_ENDPOINT) is not an http(s) URL");
   }
   for (const std::string& g : o.includes) {
     if (g.empty()) return Status::Invalid("--include: empty pattern");
@@ -237,6 +239,16 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
   K3_ASSIGN_OR_RETURN(std::vector<HubFile> listed, ListTree(http, hub, commit, rng));
   K3_ASSIGN_OR_RETURN(std::vector<HubFile> files,
                       SelectFiles(listed, opts.includes, opts.repo, commit));
+  // Each listed size is at most 2^50 (ParseTreePage), but their sum must fit in 64 bits too: a
+  // wrapped total would pass the free-space check with a few KiB and start the downloads.
+  uint64_t total = 0;
+  for (const HubFile& f : files) {
+    if (__builtin_add_overflow(total, f.size, &total)) {
+      return Status::Invalid("the files selected from " + opts.repo + " at " + commit +
+                             " add up to more than 2^64 bytes (at " + f.path + ", " +
+                             std::to_string(f.size) + " bytes); the Hub's listing is broken");
+    }
+  }
 
   K3_RETURN_IF_ERROR(env->MakeDirs(opts.dest));
   const std::string partial = JoinPath(opts.dest, kPartialDir);
@@ -257,7 +269,9 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
   dl::DownloadManifest start;
   start.repo = opts.repo;
   start.commit = commit;
-  start.endpoint = hub.endpoint;
+  // Never the credentials of an HF_ENDPOINT like https://user:password@mirror/: the manifest is
+  // shared and read by other tools; it records where the bytes came from, not how to log in.
+  start.endpoint = WithoutUserinfo(hub.endpoint);
   ManifestBook book(env, manifest_path, start);
   for (const dl::DownloadFile& e : previous.files) {
     if (env->Exists(JoinPath(opts.dest, e.path))) book.Keep(e);
@@ -301,7 +315,7 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
     uint64_t have = 0;
     Result<uint64_t> part_size = env->FileSize(JoinPath(partial, f.path) + ".part");
     if (part_size.ok()) have = std::min(*part_size, f.size);
-    need += f.size - have;
+    need += f.size - have;  // cannot wrap: need <= the checked total above
     queue.push_back(i);
   }
   K3_RETURN_IF_ERROR(book.Write());

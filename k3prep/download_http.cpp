@@ -6,6 +6,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "common/printable.h"
+
 namespace k3::download {
 namespace {
 
@@ -131,6 +133,11 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req, const BodySink&
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+  // Only http(s), whatever URL the Hub hands out: file:// would read local files and
+  // gopher:// or dict:// can send arbitrary bytes to any port (CURLE_UNSUPPORTED_PROTOCOL).
+  // REDIR_PROTOCOLS too, should redirects ever be followed by libcurl itself.
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_UNRESTRICTED_AUTH, 0L);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
@@ -164,7 +171,8 @@ Result<HttpResponse> HttpClient::Perform(const HttpRequest& req, const BodySink&
     resp.curl_error = "stalled: fewer than " + std::to_string(req.low_speed_bytes_per_s) +
                       " bytes/s for " + std::to_string(req.low_speed_seconds) + " s";
   } else if (rc != CURLE_OK) {
-    resp.curl_error = errbuf[0] != 0 ? std::string(errbuf) : curl_easy_strerror(rc);
+    // Printable: libcurl's text can quote what the server sent.
+    resp.curl_error = Printable(errbuf[0] != 0 ? std::string(errbuf) : curl_easy_strerror(rc));
     if (ex.overflow) resp.curl_error = "response body larger than " +
                                        std::to_string(req.max_body_bytes) + " bytes";
   }
@@ -200,8 +208,10 @@ bool SameOrigin(const std::string& a, const std::string& b) {
 std::string ResolveLocation(const std::string& base, const std::string& location) {
   CURLU* u = curl_url();
   std::string out;
+  // NON_SUPPORT_SCHEME: a Location with a scheme libcurl lacks still resolves, so that
+  // CheckFollowTarget can name it instead of an unhelpful "unusable redirect".
   if (curl_url_set(u, CURLUPART_URL, base.c_str(), 0) == CURLUE_OK &&
-      curl_url_set(u, CURLUPART_URL, location.c_str(), 0) == CURLUE_OK) {
+      curl_url_set(u, CURLUPART_URL, location.c_str(), CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
     char* full = nullptr;
     if (curl_url_get(u, CURLUPART_URL, &full, 0) == CURLUE_OK) out = full;
     curl_free(full);
@@ -210,9 +220,91 @@ std::string ResolveLocation(const std::string& base, const std::string& location
   return out;
 }
 
+namespace {
+
+// True when `part` of `u` is present (curl_url_get answers CURLUE_NO_* when it is not).
+bool HasPart(CURLU* u, CURLUPart part) {
+  char* v = nullptr;
+  const bool has = curl_url_get(u, part, &v, 0) == CURLUE_OK;
+  curl_free(v);
+  return has;
+}
+
+// `url` parsed, with the user name and password replaced by `user` (nullptr: removed); empty
+// if unparsable. `had_userinfo` tells whether there was any.
+std::string ReplaceUserinfo(const std::string& url, const char* user, bool* had_userinfo,
+                            bool drop_query) {
+  CURLU* u = curl_url();
+  std::string out;
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK) {
+    *had_userinfo = HasPart(u, CURLUPART_USER) || HasPart(u, CURLUPART_PASSWORD);
+    if (*had_userinfo) {
+      curl_url_set(u, CURLUPART_USER, user, 0);
+      curl_url_set(u, CURLUPART_PASSWORD, nullptr, 0);
+    }
+    if (drop_query) {
+      curl_url_set(u, CURLUPART_QUERY, nullptr, 0);
+      curl_url_set(u, CURLUPART_FRAGMENT, nullptr, 0);
+    }
+    char* full = nullptr;
+    if (curl_url_get(u, CURLUPART_URL, &full, 0) == CURLUE_OK) out = full;
+    curl_free(full);
+  }
+  curl_url_cleanup(u);
+  return out;
+}
+
+}  // namespace
+
 std::string RedactUrl(const std::string& url) {
   const size_t q = url.find_first_of("?#");
-  return q == std::string::npos ? url : url.substr(0, q) + "?<redacted>";
+  const std::string hidden = q == std::string::npos ? "" : "?<redacted>";
+  bool had_userinfo = false;
+  std::string out = ReplaceUserinfo(url, "***", &had_userinfo, /*drop_query=*/true);
+  if (out.empty()) {
+    if (url.substr(0, q).find('@') != std::string::npos) {
+      return "(an unparsable URL, not shown: it may hold credentials)";
+    }
+    out = url.substr(0, q);
+  }
+  return Printable(out + hidden);
+}
+
+std::string WithoutUserinfo(const std::string& url) {
+  bool had_userinfo = false;
+  std::string out = ReplaceUserinfo(url, nullptr, &had_userinfo, /*drop_query=*/false);
+  if (!had_userinfo || out.empty()) return url;
+  // libcurl writes an empty path as "/"; keep the endpoint's own spelling.
+  if (!url.empty() && url.back() != '/' && !out.empty() && out.back() == '/') out.pop_back();
+  return out;
+}
+
+std::string UrlScheme(const std::string& url) {
+  CURLU* u = curl_url();
+  std::string out;
+  char* scheme = nullptr;
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK) {
+    out = Lower(scheme);
+  }
+  curl_free(scheme);
+  curl_url_cleanup(u);
+  return out;
+}
+
+Status CheckFollowTarget(const std::string& endpoint, const std::string& target,
+                         const std::string& what) {
+  const std::string scheme = UrlScheme(target);
+  const std::string from = UrlScheme(endpoint);
+  if (scheme == "https" || (scheme == "http" && from == "http")) return Status::Ok();
+  const std::string shown = scheme.empty() ? "an unparsable URL" : "scheme " + scheme;
+  const std::string rule = scheme == "http"
+                               ? "the endpoint " + RedactUrl(endpoint) + " is https, and k3prep "
+                                 "never follows it down to plain http"
+                               : "k3prep follows only http and https";
+  return Status::Invalid(what + ": the Hub sent k3prep to " + RedactUrl(target) + " (" + shown +
+                         "); " + rule + "; refusing (check HF_ENDPOINT and any proxy; a Hub that "
+                         "does this is misconfigured or hostile)");
 }
 
 std::string UrlEscape(const std::string& s, bool keep_slash) {

@@ -9,7 +9,11 @@
 // Token safety: the bearer token is only ever placed in a request whose URL has the same origin
 // (scheme, host, port) as the endpoint; SameOrigin() is the one check for that. Error messages
 // print URLs through RedactUrl(), which drops query strings (signed CDN URLs are credentials
-// too).
+// too) and hides user:password in the URL (HF_ENDPOINT may carry them for a private mirror).
+//
+// Schemes: libcurl is limited to http and https (CURLOPT_PROTOCOLS_STR), so no URL a hostile Hub
+// hands out can make it read a local file or talk gopher/ftp/dict to another service; the
+// engine also checks each hop it follows with CheckFollowTarget(), which names the file.
 //
 // Thread safety: an HttpClient is used by one thread at a time; several clients may run in
 // parallel (curl_global_init is done once, thread-safely, by the first client).
@@ -77,8 +81,22 @@ std::string Origin(const std::string& url);
 bool SameOrigin(const std::string& a, const std::string& b);
 // Resolves `location` (absolute or starting with '/') against `base`.
 std::string ResolveLocation(const std::string& base, const std::string& location);
-// The URL without its query string and fragment, for messages and logs.
+// The URL for messages and logs: query string and fragment replaced by "?<redacted>", a user
+// name or password by "***" ("https://***@host/"), parsed with libcurl's URL API; then
+// Printable() (common/printable.h). An unparsable URL is shown without its query, or not at
+// all when it holds an '@' (which may end credentials that cannot be told apart).
 std::string RedactUrl(const std::string& url);
+// The URL without user name and password, for storing (the download manifest's endpoint);
+// unchanged when it has none or cannot be parsed.
+std::string WithoutUserinfo(const std::string& url);
+// Lower-case scheme of an absolute URL ("https"); empty if unparsable.
+std::string UrlScheme(const std::string& url);
+// Whether the engine may follow the Hub from `endpoint` to `target` (a resolved redirect
+// Location or next-page link): only http and https, and plain http only when the endpoint
+// itself is http (an https endpoint is never downgraded to cleartext, where anyone on the path
+// could swap the bytes). kInvalid naming `what` (the file or page), the target and the rule.
+Status CheckFollowTarget(const std::string& endpoint, const std::string& target,
+                         const std::string& what);
 // Percent-encodes everything but unreserved characters; keeps '/' when `keep_slash`.
 std::string UrlEscape(const std::string& s, bool keep_slash);
 

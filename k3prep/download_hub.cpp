@@ -7,6 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/printable.h"
+#include "formats/download_manifest.h"
+#include "k3prep/download.h"
+
 namespace k3::download {
 namespace {
 
@@ -78,14 +82,17 @@ std::string NextLink(const std::string& link) {
   return "";
 }
 
-Result<json> ParseJson(const HttpResponse& resp, const std::string& url) {
-  json j = json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
+Result<json> ParseJson(std::string_view body, const std::string& what) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    return Status::Invalid("Hub answer from " + RedactUrl(url) + " is not valid JSON (" +
-                           std::to_string(resp.body.size()) + " bytes)");
+    return Status::Invalid(what + " is not valid JSON (" +
+                           std::to_string(body.size()) + " bytes)");
   }
   return j;
 }
+
+// A path as quoted in a message: Printable, with the quote escaped too.
+std::string Quoted(const std::string& path) { return "'" + Printable(path, "'") + "'"; }
 
 bool DefaultSelected(const std::string& path) {
   if (path.find('/') != std::string::npos) return false;
@@ -101,7 +108,10 @@ bool DefaultSelected(const std::string& path) {
 
 bool IsSafeRelativePath(const std::string& path) {
   if (path.empty() || path.size() > 1024 || path[0] == '/') return false;
-  if (path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) return false;
+  // A path must print as itself: no control byte (NUL, newline, ESC… would forge log lines
+  // or drive a terminal when the name is printed), no C1 control, no ill-formed UTF-8, and no
+  // backslash (a separator elsewhere). No real checkpoint file name has any of them.
+  if (Printable(path) != path) return false;
   size_t start = 0;
   while (true) {
     const size_t slash = path.find('/', start);
@@ -110,6 +120,13 @@ bool IsSafeRelativePath(const std::string& path) {
     if (slash == std::string::npos) return true;
     start = slash + 1;
   }
+}
+
+bool IsReservedName(const std::string& path) {
+  const std::string manifest(dl::kFileName);
+  const std::string partial(kPartialDir);
+  return path == manifest || path == TempPathFor(manifest) || path == partial ||
+         path.rfind(partial + "/", 0) == 0;
 }
 
 bool IsValidRepoId(const std::string& repo) {
@@ -132,7 +149,7 @@ Result<std::string> ResolveCommit(HttpClient& http, const HubContext& hub, const
   const std::string url = hub.endpoint + "/api/models/" + hub.repo + "/revision/" +
                           UrlEscape(rev, /*keep_slash=*/false);
   K3_ASSIGN_OR_RETURN(HttpResponse resp, GetApi(http, hub, url, rng));
-  K3_ASSIGN_OR_RETURN(json j, ParseJson(resp, url));
+  K3_ASSIGN_OR_RETURN(json j, ParseJson(resp.body, "Hub answer from " + RedactUrl(url)));
   if (!j.is_object() || !j.contains("sha") || !j["sha"].is_string() ||
       !IsLowerHex(j["sha"].get<std::string>(), 40)) {
     return Status::Invalid("Hub answer from " + RedactUrl(url) +
@@ -145,76 +162,109 @@ Result<std::string> ResolveCommit(HttpClient& http, const HubContext& hub, const
   return sha;
 }
 
+Result<std::vector<HubFile>> ParseTreePage(std::string_view body, int page,
+                                           const std::string& url) {
+  const std::string page_name = "tree listing page " + std::to_string(page) + " (" +
+                                RedactUrl(url) + ")";
+  K3_ASSIGN_OR_RETURN(json j, ParseJson(body, page_name));
+  if (!j.is_array()) return Status::Invalid(page_name + " is not a JSON array");
+  std::vector<HubFile> files;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& e = j[i];
+    const std::string where = page_name + " entry " + std::to_string(i);
+    if (!e.is_object() || !e.contains("type") || !e["type"].is_string() ||
+        !e.contains("path") || !e["path"].is_string()) {
+      return Status::Invalid(where + ": needs string fields \"type\" and \"path\"");
+    }
+    if (e["type"] != "file") continue;
+    HubFile f;
+    f.path = e["path"].get<std::string>();
+    if (!IsSafeRelativePath(f.path)) {
+      return Status::Invalid(where + ": path " + Quoted(f.path) + " is not a safe relative path "
+                             "(absolute, '..', '.' or empty component, backslash, control "
+                             "character or ill-formed UTF-8); refusing to write it");
+    }
+    const std::string at = where + " (" + f.path + ")";
+    if (!e.contains("size") || !e["size"].is_number_unsigned()) {
+      return Status::Invalid(at + ": \"size\" must be an unsigned integer");
+    }
+    f.size = e["size"].get<uint64_t>();
+    if (f.size > kMaxListedFileBytes) {
+      return Status::Invalid(at + ": \"size\" " + std::to_string(f.size) + " is more than 2^50 "
+                             "bytes (1 PiB), the most k3prep accepts for one file; the Hub's "
+                             "listing is broken");
+    }
+    if (!e.contains("oid") || !e["oid"].is_string() ||
+        !IsLowerHex(e["oid"].get<std::string>(), 40)) {
+      return Status::Invalid(at + ": \"oid\" must be 40 lowercase hex");
+    }
+    f.git_oid = e["oid"].get<std::string>();
+    if (e.contains("lfs") && !e["lfs"].is_null()) {
+      const json& l = e["lfs"];
+      if (!l.is_object() || !l.contains("oid") || !l["oid"].is_string() ||
+          !IsLowerHex(l["oid"].get<std::string>(), 64) || !l.contains("size") ||
+          !l["size"].is_number_unsigned()) {
+        return Status::Invalid(at + ": \"lfs\" needs \"oid\" (64 lowercase hex sha256) and "
+                               "an unsigned \"size\"");
+      }
+      if (l["size"].get<uint64_t>() != f.size) {
+        return Status::Invalid(at + ": lfs.size " + std::to_string(l["size"].get<uint64_t>()) +
+                               " != size " + std::to_string(f.size));
+      }
+      f.sha256 = l["oid"].get<std::string>();
+    }
+    if (!seen.insert(f.path).second) {
+      return Status::Invalid(where + ": path '" + f.path + "' listed twice on the page");
+    }
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
 Result<std::vector<HubFile>> ListTree(HttpClient& http, const HubContext& hub,
                                       const std::string& commit, std::mt19937_64& rng) {
   std::string url = hub.endpoint + "/api/models/" + hub.repo + "/tree/" + commit +
                     "?recursive=true";
+  // Pages fetched so far, in libcurl's normal form, so that a Link back to any of them is
+  // seen as the loop it is (a self-link of an empty page would otherwise run to the cap).
+  std::set<std::string> fetched = {ResolveLocation(url, url)};
   std::vector<HubFile> files;
   std::set<std::string> seen;
   for (int page = 0; !url.empty(); ++page) {
-    if (page >= 100000) return Status::Invalid("tree listing of " + hub.repo + " never ends");
-    K3_ASSIGN_OR_RETURN(HttpResponse resp, GetApi(http, hub, url, rng));
-    K3_ASSIGN_OR_RETURN(json j, ParseJson(resp, url));
-    if (!j.is_array()) {
-      return Status::Invalid("tree listing page " + std::to_string(page) + " (" +
-                             RedactUrl(url) + ") is not a JSON array");
+    if (page >= kMaxTreePages) {
+      return Status::Invalid("tree listing of " + hub.repo + " has more than " +
+                             std::to_string(kMaxTreePages) + " pages; the Hub's paging is "
+                             "broken (stopped at " + RedactUrl(url) + ")");
     }
-    for (size_t i = 0; i < j.size(); ++i) {
-      const json& e = j[i];
-      const std::string where = "tree listing page " + std::to_string(page) + " entry " +
-                                std::to_string(i);
-      if (!e.is_object() || !e.contains("type") || !e["type"].is_string() ||
-          !e.contains("path") || !e["path"].is_string()) {
-        return Status::Invalid(where + ": needs string fields \"type\" and \"path\"");
-      }
-      if (e["type"] != "file") continue;
-      HubFile f;
-      f.path = e["path"].get<std::string>();
-      if (!IsSafeRelativePath(f.path)) {
-        return Status::Invalid(where + ": path '" + f.path + "' is not a safe relative path "
-                               "(absolute, '..', '.' or empty component); refusing to write it");
-      }
-      if (!e.contains("size") || !e["size"].is_number_unsigned()) {
-        return Status::Invalid(where + " (" + f.path + "): \"size\" must be an unsigned integer");
-      }
-      f.size = e["size"].get<uint64_t>();
-      if (!e.contains("oid") || !e["oid"].is_string() ||
-          !IsLowerHex(e["oid"].get<std::string>(), 40)) {
-        return Status::Invalid(where + " (" + f.path + "): \"oid\" must be 40 lowercase hex");
-      }
-      f.git_oid = e["oid"].get<std::string>();
-      if (e.contains("lfs") && !e["lfs"].is_null()) {
-        const json& l = e["lfs"];
-        if (!l.is_object() || !l.contains("oid") || !l["oid"].is_string() ||
-            !IsLowerHex(l["oid"].get<std::string>(), 64) || !l.contains("size") ||
-            !l["size"].is_number_unsigned()) {
-          return Status::Invalid(where + " (" + f.path + "): \"lfs\" needs \"oid\" (64 "
-                                 "lowercase hex sha256) and an unsigned \"size\"");
-        }
-        if (l["size"].get<uint64_t>() != f.size) {
-          return Status::Invalid(where + " (" + f.path + "): lfs.size " +
-                                 std::to_string(l["size"].get<uint64_t>()) + " != size " +
-                                 std::to_string(f.size));
-        }
-        f.sha256 = l["oid"].get<std::string>();
-      }
+    K3_ASSIGN_OR_RETURN(HttpResponse resp, GetApi(http, hub, url, rng));
+    K3_ASSIGN_OR_RETURN(std::vector<HubFile> page_files, ParseTreePage(resp.body, page, url));
+    for (HubFile& f : page_files) {
       if (!seen.insert(f.path).second) {
-        return Status::Invalid(where + ": path '" + f.path + "' listed twice");
+        return Status::Invalid("tree listing page " + std::to_string(page) + " (" +
+                               RedactUrl(url) + "): path '" + f.path +
+                               "' listed twice (also on an earlier page)");
       }
       files.push_back(std::move(f));
     }
     const std::string next = NextLink(resp.Header("link"));
-    if (!next.empty()) {
-      const std::string abs = ResolveLocation(url, next);
-      // The token goes only to the endpoint; a next page elsewhere is refused, not followed.
-      if (!SameOrigin(abs, hub.endpoint)) {
-        return Status::Invalid("tree listing's next page " + RedactUrl(abs) +
-                               " is not on the endpoint " + hub.endpoint + "; refusing to follow");
-      }
-      url = abs;
-    } else {
-      url.clear();
+    if (next.empty()) break;
+    const std::string abs = ResolveLocation(url, next);
+    // The token goes only to the endpoint; a next page elsewhere is refused, not followed.
+    if (!SameOrigin(abs, hub.endpoint)) {
+      return Status::Invalid("tree listing's next page " + RedactUrl(abs.empty() ? next : abs) +
+                             " is not on the endpoint " + RedactUrl(hub.endpoint) +
+                             "; refusing to follow");
     }
+    K3_RETURN_IF_ERROR(CheckFollowTarget(hub.endpoint, abs, "tree listing page " +
+                                         std::to_string(page + 1)));
+    if (!fetched.insert(abs).second) {
+      return Status::Invalid("tree listing page " + std::to_string(page) + " (" + RedactUrl(url) +
+                             ") links to " + RedactUrl(abs) + " as its next page, which was "
+                             "already fetched; the Hub's paging loops, so the listing cannot be "
+                             "trusted to be complete: try again later or report it to the Hub");
+    }
+    url = abs;
   }
   std::sort(files.begin(), files.end(),
             [](const HubFile& a, const HubFile& b) { return a.path < b.path; });
@@ -233,6 +283,14 @@ Result<std::vector<HubFile>> SelectFiles(const std::vector<HubFile>& all,
       if (fnmatch(includes[i].c_str(), f.path.c_str(), 0) == 0) {
         used[i] = true;
         take = true;
+        // Downloading it would overwrite k3prep's own manifest, lock or parts.
+        if (IsReservedName(f.path)) {
+          return Status::Invalid("--include '" + includes[i] + "' selects " + f.path + " of " +
+                                 repo + ", a name reserved by k3prep for its own " +
+                                 (f.path.rfind(kPartialDir, 0) == 0 ? "partial files and lock"
+                                                                    : "download manifest") +
+                                 " in --dest; narrow the pattern so it does not match it");
+        }
       }
     }
     if (f.path.find('/') == std::string::npos && f.path.size() > 12 &&

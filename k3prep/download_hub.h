@@ -3,10 +3,15 @@
 // resolve HEAD.
 //
 // Everything the server says is untrusted input: commits must be 40 lowercase hex, LFS oids 64
-// lowercase hex, sizes unsigned integers, paths relative without "." / ".." / empty components
-// (a path is used to name a file under --dest). Violations are kInvalid naming the URL, the
-// entry and the rule. 401/403 on the API is kInvalid "token missing or without access to REPO".
-// Transient failures (network, 408/429/5xx) are retried under the RetryPolicy.
+// lowercase hex, sizes unsigned integers of at most kMaxListedFileBytes, paths relative without
+// "." / ".." / empty components or control bytes (a path is used to name a file under --dest
+// and is printed). Violations are kInvalid naming the URL, the entry and the rule. 401/403 on
+// the API is kInvalid "token missing or without access to REPO". Transient failures (network,
+// 408/429/5xx) are retried under the RetryPolicy.
+//
+// Paths that pass the listing's rules print as they are; other text from the Hub that reaches a
+// message (the offending path itself, header values, URLs) goes through Printable()
+// (common/printable.h) or RedactUrl(), so it cannot forge log lines or drive a terminal.
 //
 // Thread safety: functions are reentrant; each caller brings its own HttpClient.
 #pragma once
@@ -14,6 +19,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -38,9 +44,21 @@ struct HubFile {
   bool lfs() const { return !sha256.empty(); }
 };
 
-// True when `path` is safe to create under a directory: relative, no "." / ".." / empty
-// component, no backslash or NUL, at most 1024 bytes.
+// The largest file size a listing may claim: 2^50 bytes, DESIGN.md's bound on tensor bytes
+// (the Hub's own limit is 50 GB). Sums of selected sizes then cannot wrap 64 bits below 2^14
+// files, and a hostile size cannot slip past the free-space check by wrapping.
+inline constexpr uint64_t kMaxListedFileBytes = uint64_t{1} << 50;
+// Tree listing pages followed at most: 10,000 pages of the Hub's 1,000 entries are 10 million
+// entries, far beyond any model repo; more means the paging is broken.
+inline constexpr int kMaxTreePages = 10000;
+
+// True when `path` is safe to create under a directory and to print: relative, no "." / ".." /
+// empty component, at most 1024 bytes, and Printable(path) == path (common/printable.h: no
+// control byte 0x00-0x1F / 0x7F, no C1 control, no ill-formed UTF-8, no backslash).
 bool IsSafeRelativePath(const std::string& path);
+// Names k3prep writes in DIR itself: its manifest (k3-download.json and its temporary) and the
+// .k3-partial directory (parts, lock). A listed file with such a name is never downloaded.
+bool IsReservedName(const std::string& path);
 // "org/name" or "name": letters, digits, '-', '_', '.'; no "..".
 bool IsValidRepoId(const std::string& repo);
 
@@ -48,14 +66,22 @@ bool IsValidRepoId(const std::string& repo);
 Result<std::string> ResolveCommit(HttpClient& http, const HubContext& hub, const std::string& rev,
                                   std::mt19937_64& rng);
 // GET /api/models/{repo}/tree/{commit}?recursive=true, following Link rel="next" (same origin
-// only). Files only (directories skipped), sorted by path; duplicates are an error.
+// only; a page already fetched is an error, not a loop; at most kMaxTreePages). Files only
+// (directories skipped), sorted by path; duplicates are an error.
 Result<std::vector<HubFile>> ListTree(HttpClient& http, const HubContext& hub,
                                       const std::string& commit, std::mt19937_64& rng);
+// One page of the tree listing: a JSON array of {"type","path","size","oid","lfs"} objects,
+// checked entry by entry against the rules above. Returns the page's files in listing order
+// (directories skipped; a path listed twice on the page is refused). Messages start with
+// "tree listing page PAGE (URL)". Pure; tests/fuzz/tree_listing_fuzz.cpp feeds it any bytes.
+Result<std::vector<HubFile>> ParseTreePage(std::string_view body, int page,
+                                           const std::string& url);
 
 // The default selection (top-level *.safetensors, config and tokenizer files; DESIGN.md §4)
 // plus every file matching an --include glob (fnmatch(3) without FNM_PATHNAME: '*' also
 // matches '/'). An --include that matches nothing is kInvalid (a typo would otherwise
-// silently download less). No shard at all is kInvalid too.
+// silently download less), and so is one that selects a reserved name (IsReservedName). No
+// shard at all is kInvalid too.
 Result<std::vector<HubFile>> SelectFiles(const std::vector<HubFile>& all,
                                          const std::vector<std::string>& includes,
                                          const std::string& repo, const std::string& commit);

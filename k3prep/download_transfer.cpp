@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/printable.h"
 #include "k3prep/download_part_writer.h"
 
 namespace k3::download {
@@ -102,13 +103,17 @@ Step ResolveSource(HttpClient& http, const TransferSettings& ts, const HubFile& 
     }
     const std::string commit = resp.Header("x-repo-commit");
     if (!commit.empty() && commit != ts.commit) {
-      return Fatal(Status::Invalid(f.path + ": the Hub resolved it at commit " + commit +
+      return Fatal(Status::Invalid(f.path + ": the Hub resolved it at commit " + Printable(commit) +
                                    ", not the pinned " + ts.commit));
     }
     const std::string location = resp.Header("location");
     const std::string linked_size = resp.Header("x-linked-size");
     if (st >= 300 && st < 400 && !location.empty() && linked_size.empty() && location[0] == '/') {
       url = ResolveLocation(url, location);  // a relative redirect: repo renamed; follow it
+      // "//host/x" is relative too, and may name another host; the scheme rule still applies.
+      if (Status s = CheckFollowTarget(ts.hub.endpoint, url, f.path + ": resolve"); !s.ok()) {
+        return Fatal(s);
+      }
       continue;
     }
     const bool redirect = st >= 300 && st < 400 && !location.empty();
@@ -129,8 +134,9 @@ Step ResolveSource(HttpClient& http, const TransferSettings& ts, const HubFile& 
       if (end == size_text.c_str() || *end != 0 || size != f.size) {
         return Fatal(Status::Integrity(
             f.path + ": the Hub's resolve answer says " +
-            std::string(redirect ? "X-Linked-Size" : "Content-Length") + " " + size_text +
-            " but the tree listing at " + ts.commit + " says " + std::to_string(f.size) +
+            std::string(redirect ? "X-Linked-Size" : "Content-Length") + " " +
+            Printable(size_text) + " but the tree listing at " + ts.commit + " says " +
+            std::to_string(f.size) +
             " bytes; nothing downloaded (a proxy may be rewriting answers, or the repo is "
             "inconsistent: report it to the repo owner)"));
       }
@@ -139,14 +145,19 @@ Step ResolveSource(HttpClient& http, const TransferSettings& ts, const HubFile& 
         resp.Header("x-linked-etag").empty() ? resp.Header("etag") : resp.Header("x-linked-etag"));
     const std::string want = f.lfs() ? f.sha256 : f.git_oid;
     if (!etag.empty() && etag != want) {
-      return Fatal(Status::Integrity(f.path + ": the Hub's resolve answer has etag " + etag +
-                                     " but the tree listing says " + want +
+      return Fatal(Status::Integrity(f.path + ": the Hub's resolve answer has etag " +
+                                     Printable(etag) + " but the tree listing says " + want +
                                      "; nothing downloaded"));
     }
     if (redirect) {
       out->url = ResolveLocation(url, location);
       if (out->url.empty()) {
-        return Fatal(Status::Invalid(f.path + ": unusable redirect Location from the Hub"));
+        return Fatal(Status::Invalid(f.path + ": unusable redirect Location from the Hub (" +
+                                     RedactUrl(location) + ")"));
+      }
+      // libcurl refuses other schemes anyway (CURLOPT_PROTOCOLS_STR); this names the file.
+      if (Status s = CheckFollowTarget(ts.hub.endpoint, out->url, f.path); !s.ok()) {
+        return Fatal(s);
       }
     } else {
       out->url = url;
@@ -187,7 +198,7 @@ struct Sink {
         if (!ParseContentRange(resp.Header("content-range"), &start, &total) ||
             start != *offset || total != expected_size) {
           restart = true;
-          restart_why = "206 with Content-Range '" + resp.Header("content-range") +
+          restart_why = "206 with Content-Range '" + Printable(resp.Header("content-range")) +
                         "' for a request from byte " + std::to_string(*offset);
           return false;
         }
@@ -375,7 +386,7 @@ Result<std::string> TransferFile(Env* env, HttpClient& http, const TransferSetti
         } else if (resp.curl_code == 0 && st == 416) {
           K3_RETURN_IF_ERROR(restart("416 Range Not Satisfiable from byte " +
                                      std::to_string(offset) + " (Content-Range '" +
-                                     resp.Header("content-range") + "')"));
+                                     Printable(resp.Header("content-range")) + "')"));
           step = Retry("416");
           step.wait = 0.0;
         } else if (resp.curl_code == 0 && (st == 401 || st == 403)) {

@@ -28,6 +28,14 @@ Faults (--faults JSON list), each {"mode", "path" (default: every file), "times"
                 the real one
   trickle       CDN: send in "chunk" byte pieces (default 4096) with "interval" s between them
   unsafe_path   hub ("where":"hub"): the tree listing also names "../evil.safetensors"
+Hostile hub modes (hub by default, no "where" needed):
+  redirect      resolve: 302 to "location" (any scheme: file://, gopher://, ftp://...) with the
+                file's real X-Linked-Size and X-Linked-Etag, so only the target is wrong
+  extra_entry   the tree listing also names "entry" (a JSON object, sent as is: any path, any
+                size such as 2^64-1), on the first page
+  link_loop     the last listing page links (Link rel="next") to the empty page just past the
+                end, and that page links to itself; "times" counts the listing requests that
+                carry the loop (after that the paging ends normally)
 
 Start-up: the ports are written to --port-file as "HUB_PORT CDN_PORT\n" (atomically: temporary
 name, then rename) once both servers listen. Stop with SIGTERM.
@@ -47,6 +55,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = b"hubsim-cdn-secret"
+HUB_MODES = ("wrong_size", "redirect", "extra_entry", "link_loop")
 LFS_SUFFIXES = (".safetensors", ".model", ".bin")
 
 
@@ -93,11 +102,13 @@ class Faults:
         self.specs = specs
         self.lock = threading.Lock()
 
-    def take(self, mode, path, where="cdn"):
+    def take(self, mode, path, where=None):
         """Returns the fault spec when `mode` fires for this request (and consumes one use)."""
+        default = "hub" if mode in HUB_MODES else "cdn"
+        where = where or default
         with self.lock:
             for s in self.specs:
-                if s["mode"] != mode or s.get("where", "cdn" if mode != "wrong_size" else "hub") != where:
+                if s["mode"] != mode or s.get("where", default) != where:
                     continue
                 if "path" in s and s["path"] != path:
                     continue
@@ -182,11 +193,19 @@ class HubHandler(Quiet):
                 entries.append({"type": "file", "oid": "1" * 40, "size": 1,
                                 "path": "../evil.safetensors"})
             start = int(query.get("cursor", ["0"])[0])
+            extra = State.faults.take("extra_entry", None) if start == 0 else None
+            if extra:
+                entries.insert(0, extra["entry"])
             page = entries[start:start + State.page_size]
             headers = {"Content-Type": "application/json"}
+            link_to = None
             if start + State.page_size < len(entries):
+                link_to = start + State.page_size
+            elif State.faults.take("link_loop", None):
+                link_to = max(start, len(entries))  # past the end: [], and then itself
+            if link_to is not None:
                 nxt = "http://127.0.0.1:%d%s?recursive=true&cursor=%d" % (
-                    State.hub_port, urllib.parse.quote(path), start + State.page_size)
+                    State.hub_port, urllib.parse.quote(path), link_to)
                 headers["Link"] = '<%s>; rel="next"' % nxt
             return self.send_simple(200, json.dumps(page).encode(), headers, head)
         prefix = "/" + repo.name + "/resolve/"
@@ -203,6 +222,11 @@ class HubHandler(Quiet):
             if fault:
                 return self.send_simple(429, b"slow down", {"Retry-After": str(fault.get("retry_after", 1))}, head)
             size = f["size"]
+            fault = State.faults.take("redirect", fpath)
+            if fault:
+                return self.send_simple(302, b"", {
+                    "X-Repo-Commit": repo.commit, "Location": fault["location"],
+                    "X-Linked-Size": str(size), "X-Linked-Etag": '"%s"' % f["sha256"]}, head)
             if State.faults.take("wrong_size", fpath, "hub"):
                 size += 1
             headers = {"X-Repo-Commit": repo.commit}

@@ -1,74 +1,16 @@
 // k3prep download under each fault mode of the local Hub simulator (tests/hubsim/hubsim.py).
 // Every test checks: the exit category, final files byte-identical or absent, the manifest,
 // and that the token never reached the CDN.
-#include <chrono>
-#include <functional>
-#include <memory>
-
 #include <gtest/gtest.h>
 
 #include "tests/k3prep/download_test_util.h"
-#include "tests/support/temp_dir.h"
 
 namespace k3 {
 namespace {
 
-using download::DownloadResult;
-using download::FileOutcome;
-using test::HubSimConfig;
-using test::HubSimProcess;
-
-const char* kShard1 = "model-00001-of-000002.safetensors";  // 300,000 bytes
-const char* kShard2 = "model-00002-of-000002.safetensors";  // 120,000 bytes
-
-struct FaultRun {
-  test::TempDir tmp;
-  std::map<std::string, std::string> src;
-  std::unique_ptr<HubSimProcess> sim;
-  DownloadResult result;
-  Status status;
-  double seconds = 0;
-
-  // Serves the small repo with `faults` and runs one download (options adjustable).
-  // `before` runs after the repo exists and before the download (e.g. to plant a .part).
-  explicit FaultRun(const std::string& faults,
-                    const std::function<void(download::DownloadOptions*)>& adjust = nullptr,
-                    const std::function<void(FaultRun*)>& before = nullptr) {
-    src = test::MakeSmallRepo(tmp.Join("src"));
-    if (before) before(this);
-    HubSimConfig cfg;
-    cfg.root = tmp.Join("src");
-    cfg.token = test::kTestToken;
-    cfg.faults = faults;
-    sim = std::make_unique<HubSimProcess>(tmp.Join("sim"), cfg);
-    if (!sim->started()) {
-      ADD_FAILURE() << sim->error();
-      return;
-    }
-    auto o = test::TestOptions(sim->endpoint(), dest());
-    if (adjust) adjust(&o);
-    const auto t0 = std::chrono::steady_clock::now();
-    status = download::RunDownload(Env::Default(), o, &result);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  std::string dest() const { return tmp.Join("dst"); }
-  const FileOutcome& Outcome(const std::string& path) const {
-    for (const FileOutcome& o : result.files) {
-      if (o.path == path) return o;
-    }
-    static FileOutcome none;
-    ADD_FAILURE() << path << " not in the result";
-    return none;
-  }
-  std::string Sha(const std::string& path) const {
-    return Sha256Hex(src.at(path).data(), src.at(path).size());
-  }
-  void ExpectAllGood() {
-    ASSERT_TRUE(status.ok()) << status.ToString();
-    test::ExpectDownloaded(dest(), src, {"config.json", kShard1, kShard2});
-    test::ExpectTokenNeverAtCdn(*sim);
-  }
-};
+using test::FaultRun;
+using test::kShard1;
+using test::kShard2;
 
 TEST(DownloadFaults, DropAfterKBytesResumesWithRange) {
   FaultRun run(R"([{"mode":"drop","path":"model-00001-of-000002.safetensors","bytes":100000}])");

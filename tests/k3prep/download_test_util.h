@@ -1,11 +1,15 @@
 // Test-only helpers shared by the download tests: a small repo to serve, default options with
-// second-scale timeouts, and the checks every download test makes (final files byte-identical
-// or absent, manifest agrees, the token never reached the CDN).
+// second-scale timeouts, the checks every download test makes (final files byte-identical or
+// absent, manifest agrees, the token never reached the CDN), and FaultRun (one download
+// against hubsim with faults).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <fstream>
 #include <map>
 #include <random>
@@ -17,6 +21,7 @@
 #include "formats/download_manifest.h"
 #include "k3prep/download.h"
 #include "tests/k3prep/hubsim_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace k3::test {
 
@@ -117,5 +122,58 @@ inline std::vector<std::string> CdnRanges(const HubSimProcess& sim, const std::s
   }
   return out;
 }
+
+inline const char* kShard1 = "model-00001-of-000002.safetensors";  // 300,000 bytes
+inline const char* kShard2 = "model-00002-of-000002.safetensors";  // 120,000 bytes
+
+// One download against hubsim serving the small repo (MakeSmallRepo) with the given faults.
+struct FaultRun {
+  test::TempDir tmp;
+  std::map<std::string, std::string> src;
+  std::unique_ptr<HubSimProcess> sim;
+  download::DownloadResult result;
+  Status status;
+  double seconds = 0;
+
+  // Serves the small repo with `faults` and runs one download (options adjustable).
+  // `before` runs after the repo exists and before the download (e.g. to plant a .part).
+  explicit FaultRun(const std::string& faults,
+                    const std::function<void(download::DownloadOptions*)>& adjust = nullptr,
+                    const std::function<void(FaultRun*)>& before = nullptr) {
+    src = test::MakeSmallRepo(tmp.Join("src"));
+    if (before) before(this);
+    HubSimConfig cfg;
+    cfg.root = tmp.Join("src");
+    cfg.token = test::kTestToken;
+    cfg.faults = faults;
+    sim = std::make_unique<HubSimProcess>(tmp.Join("sim"), cfg);
+    if (!sim->started()) {
+      ADD_FAILURE() << sim->error();
+      return;
+    }
+    auto o = test::TestOptions(sim->endpoint(), dest());
+    if (adjust) adjust(&o);
+    const auto t0 = std::chrono::steady_clock::now();
+    status = download::RunDownload(Env::Default(), o, &result);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::string dest() const { return tmp.Join("dst"); }
+  const download::FileOutcome& Outcome(const std::string& path) const {
+    for (const download::FileOutcome& o : result.files) {
+      if (o.path == path) return o;
+    }
+    static download::FileOutcome none;
+    ADD_FAILURE() << path << " not in the result";
+    return none;
+  }
+  std::string Sha(const std::string& path) const {
+    return Sha256Hex(src.at(path).data(), src.at(path).size());
+  }
+  void ExpectAllGood() {
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    test::ExpectDownloaded(dest(), src, {"config.json", kShard1, kShard2});
+    test::ExpectTokenNeverAtCdn(*sim);
+  }
+};
 
 }  // namespace k3::test

@@ -134,6 +134,22 @@ std::vector<uint64_t> ExpertSubShape(const ModelConfig& c, int sub);
 std::array<uint64_t, kExpertSubCount> ExpertSubSizes(const ModelConfig& c);
 uint64_t ExpertBytes(const ModelConfig& c);
 
+// What a checkpoint lacks of the tensors its config implies, one entry per incomplete unit (a
+// layer, or the model-level tensors), in layer order. Expected: every non-optional tensor of
+// ExpectedLayerTensors / ExpectedResidentTensors and, when the experts are MXFP4 (config, or U8
+// expert tensors present), the six tensors of every routed expert. Names only: dtypes and shapes
+// are BuildLayout's business. Used where no model.safetensors.index.json says what the shards
+// must hold (k3verify shards), so a checkpoint missing whole shards cannot pass as complete.
+// `c` comes from ParseModelConfig, whose bounds keep the name walk small.
+struct MissingTensors {
+  int layer = -1;         // zero-based; -1 for the model-level tensors
+  uint64_t expected = 0;  // tensors the unit needs
+  uint64_t missing = 0;
+  std::string first;      // the first missing name, in canonical order
+};
+std::vector<MissingTensors> FindMissingTensors(const ModelConfig& c,
+                                               const std::vector<TensorSpec>& tensors);
+
 // Trunk and resident tensors accept BF16 or F32 (DESIGN.md §7: F32 checkpoints exist).
 bool IsTrunkDType(DType t);
 

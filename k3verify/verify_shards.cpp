@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "common/sysinfo.h"
 #include "formats/config.h"
 #include "formats/download_manifest.h"
+#include "formats/prepared_layout.h"
 #include "formats/safetensors.h"
 #include "k3verify/verdict.h"
 
@@ -20,6 +22,7 @@ namespace k3::verify {
 namespace {
 
 constexpr size_t kHashChunk = 8u << 20;  // large sequential reads: the disk, not syscalls, limits
+constexpr char kIndexFileName[] = "model.safetensors.index.json";
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -105,6 +108,30 @@ void CompareWithManifest(Env* env, const std::string& dir, const dl::DownloadMan
   }
 }
 
+// One problem summarising what is missing, a line per incomplete layer (the first kShownUnits).
+Status MissingTensorsProblem(const std::string& dir,
+                             const std::vector<prep::MissingTensors>& missing) {
+  constexpr size_t kShownUnits = 8;
+  uint64_t total = 0;
+  for (const prep::MissingTensors& m : missing) total += m.missing;
+  std::string msg = dir + ": " + std::to_string(total) + " tensor(s) that config.json implies " +
+                    "are in no shard, in " + std::to_string(missing.size()) +
+                    " layer(s)/unit(s) (no " + kIndexFileName +
+                    ", so the tensors were checked against config.json):";
+  for (size_t i = 0; i < missing.size() && i < kShownUnits; ++i) {
+    const prep::MissingTensors& m = missing[i];
+    msg += "\n    " + (m.layer < 0 ? std::string("model-level") : "layer " + std::to_string(m.layer)) +
+           ": " + std::to_string(m.missing) + " of " + std::to_string(m.expected) +
+           " tensors missing; first: " + m.first;
+  }
+  if (missing.size() > kShownUnits) {
+    msg += "\n    ... and " + std::to_string(missing.size() - kShownUnits) + " more";
+  }
+  msg += "\n  the checkpoint is incomplete (shards missing or renamed, or an interrupted synth "
+         "or download): re-download or re-synthesize it";
+  return Status::Invalid(std::move(msg));
+}
+
 }  // namespace
 
 Status ShardsReport::Verdict() const {
@@ -143,19 +170,32 @@ Result<ShardsReport> VerifyShards(Env* env, const ShardsOptions& options) {
     report.total_tensors += s.tensors;
     all_parsed = all_parsed && s.problems.empty();
   }
+  std::optional<st::CheckpointIndex> index;
   if (all_parsed) {
-    auto index = st::CheckpointIndex::Open(env, dir);
-    if (!index.ok()) report.problems.push_back(index.status());
+    auto opened = st::CheckpointIndex::Open(env, dir);
+    if (opened.ok()) {
+      index = std::move(opened).value();
+    } else {
+      report.problems.push_back(opened.status());
+    }
   }
 
-  // 2. config.json.
+  // 2. config.json, and without an index file the tensors it implies: the index is what lists
+  // every tensor, so without one a checkpoint missing whole shards (an interrupted synth or
+  // download) would otherwise pass.
   const std::string config_path = JoinPath(dir, "config.json");
   if (!env->Exists(config_path)) {
     report.problems.push_back(
         Status::Invalid(config_path + ": missing (every checkpoint needs its config.json)"));
   } else {
     auto config = LoadModelConfig(env, config_path);
-    if (!config.ok()) report.problems.push_back(config.status());
+    if (!config.ok()) {
+      report.problems.push_back(config.status());
+    } else if (index && !env->Exists(JoinPath(dir, kIndexFileName))) {
+      const std::vector<prep::MissingTensors> missing =
+          prep::FindMissingTensors(*config, prep::TensorsOf(*index));
+      if (!missing.empty()) report.problems.push_back(MissingTensorsProblem(dir, missing));
+    }
   }
 
   // 3. The download manifest, when there is one.

@@ -2,7 +2,9 @@
 //
 // Checks, in order: every *.safetensors shard's structure (each shard on its own, so every bad
 // shard is named, not just the first), the checkpoint as a whole (no tensor in two shards,
-// model.safetensors.index.json agreement), config.json, and then the SHA-256 of every shard,
+// model.safetensors.index.json agreement), config.json (without an index file, also the tensor
+// set it implies: every layer's tensors and experts present, else exit 2 naming each incomplete
+// layer and its first missing tensor), and then the SHA-256 of every shard,
 // hashed in parallel over files, compared with the download manifest when there is one
 // (--manifest, or MODEL_DIR/k3-download.json when present) and printed otherwise.
 // Exit status: 3 when bytes differ from the manifest (hash, size, a listed file missing),

@@ -12,6 +12,7 @@
 
 #include "formats/download_manifest.h"
 #include "formats/safetensors.h"
+#include "tests/k3verify/mini_pack.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 
@@ -19,6 +20,7 @@ namespace k3::verify {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // SHA-256 by the coreutils tool, so expectations do not come from the code under test.
 std::string Sha256sum(const std::string& path) {
@@ -48,6 +50,13 @@ class VerifyShardsTest : public ::testing::Test {
     WriteShard(dir_.Join("model-00002-of-000002.safetensors"), {"c.weight"});
     std::filesystem::copy_file(std::string(K3_SOURCE_DIR) + "/tests/data/config/released_config.json",
                                dir_.Join("config.json"));
+    // These shards hold stand-in tensors, not the released config's: the index says which
+    // tensors the checkpoint has (without one, the config's tensors are required; see the
+    // WithoutIndex tests).
+    std::ofstream(dir_.Join("model.safetensors.index.json"))
+        << R"({"weight_map": {"a.weight": "model-00001-of-000002.safetensors",
+                              "b.weight": "model-00001-of-000002.safetensors",
+                              "c.weight": "model-00002-of-000002.safetensors"}})";
   }
 
   std::string Shard(int i) const {
@@ -163,6 +172,72 @@ TEST_F(VerifyShardsTest, MissingConfigIsInvalid) {
   const Status v = Run().Verdict();
   EXPECT_EQ(v.code(), Code::kInvalid);
   EXPECT_THAT(v.message(), HasSubstr("config.json: missing"));
+}
+
+// Without model.safetensors.index.json the tensors are checked against config.json: a complete
+// checkpoint (the tiny one, two shards) passes ...
+TEST(VerifyShardsWithoutIndex, CompleteCheckpointVerifies) {
+  test::TempDir dir;
+  test::WriteTinyCheckpoint(dir.path());
+  ShardsOptions o;
+  o.model_dir = dir.path();
+  o.progress = ProgressMode::kNone;
+  Result<ShardsReport> r = VerifyShards(Env::Default(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->Verdict().ok()) << r->Verdict().ToString();
+}
+
+// ... and one missing a shard (an interrupted synth: some shards never got their final name)
+// fails naming each incomplete layer, how much is missing and the first missing tensor.
+TEST(VerifyShardsWithoutIndex, MissingShardFailsNamingLayersAndTensors) {
+  test::TempDir dir;
+  test::WriteTinyCheckpoint(dir.path());
+  std::filesystem::remove(dir.Join(test::kShard1));  // layers 0 and 1
+  ShardsOptions o;
+  o.model_dir = dir.path();
+  o.progress = ProgressMode::kNone;
+  Result<ShardsReport> r = VerifyShards(Env::Default(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Status v = r->Verdict();
+  EXPECT_EQ(v.code(), Code::kInvalid);
+  EXPECT_EQ(v.exit_code(), 2);
+  const std::string text = RenderShardsText(*r);
+  EXPECT_THAT(text, HasSubstr("69 tensor(s) that config.json implies are in no shard, in 2 "
+                              "layer(s)/unit(s)"));
+  // Layer 0: 6 norms/residuals + 14 KDA + 3 dense FFN; layer 1: 6 + 8 MLA + 8 MoE + 4 x 6 experts.
+  EXPECT_THAT(text, HasSubstr("layer 0: 23 of 23 tensors missing; first: "
+                              "language_model.model.layers.0.input_layernorm.weight"));
+  EXPECT_THAT(text, HasSubstr("layer 1: 46 of 46 tensors missing; first: "
+                              "language_model.model.layers.1.input_layernorm.weight"));
+  EXPECT_THAT(text, Not(HasSubstr("layer 2:")));
+  EXPECT_THAT(text, Not(HasSubstr("verdict: OK")));
+}
+
+// One expert tensor gone: the summary counts it within its layer.
+TEST(VerifyShardsWithoutIndex, OneMissingExpertTensorIsNamed) {
+  test::TempDir dir;
+  test::WriteTinyCheckpoint(dir.path());
+  // Rewrite shard 2 without one expert tensor of layer 3.
+  const std::string gone = "language_model.model.layers.3.block_sparse_moe.experts.2.w2.weight_scale";
+  Result<st::CheckpointIndex> index = st::CheckpointIndex::Open(Env::Default(), dir.path());
+  ASSERT_TRUE(index.ok());
+  std::vector<std::pair<st::TensorInfo, std::string>> keep;
+  for (const auto& loc : index->All()) {
+    if (loc.shard->name != test::kShard2 || loc.tensor->name == gone) continue;
+    keep.emplace_back(*loc.tensor, test::SourceBytes(*index, loc.tensor->name));
+  }
+  st::Writer w(Env::Default(), dir.Join(test::kShard2));
+  for (const auto& [t, bytes] : keep) w.Add(t.name, t.dtype, t.shape);
+  ASSERT_TRUE(w.Begin().ok());
+  for (const auto& [t, bytes] : keep) ASSERT_TRUE(w.Append(bytes.data(), bytes.size()).ok());
+  ASSERT_TRUE(w.Finish().ok());
+  ShardsOptions o;
+  o.model_dir = dir.path();
+  o.progress = ProgressMode::kNone;
+  Result<ShardsReport> r = VerifyShards(Env::Default(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->Verdict().code(), Code::kInvalid);
+  EXPECT_THAT(RenderShardsText(*r), HasSubstr("layer 3: 1 of 46 tensors missing; first: " + gone));
 }
 
 TEST_F(VerifyShardsTest, TensorInTwoShardsIsInvalid) {

@@ -239,16 +239,6 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
   K3_ASSIGN_OR_RETURN(std::vector<HubFile> listed, ListTree(http, hub, commit, rng));
   K3_ASSIGN_OR_RETURN(std::vector<HubFile> files,
                       SelectFiles(listed, opts.includes, opts.repo, commit));
-  // Each listed size is at most 2^50 (ParseTreePage), but their sum must fit in 64 bits too: a
-  // wrapped total would pass the free-space check with a few KiB and start the downloads.
-  uint64_t total = 0;
-  for (const HubFile& f : files) {
-    if (__builtin_add_overflow(total, f.size, &total)) {
-      return Status::Invalid("the files selected from " + opts.repo + " at " + commit +
-                             " add up to more than 2^64 bytes (at " + f.path + ", " +
-                             std::to_string(f.size) + " bytes); the Hub's listing is broken");
-    }
-  }
 
   K3_RETURN_IF_ERROR(env->MakeDirs(opts.dest));
   const std::string partial = JoinPath(opts.dest, kPartialDir);
@@ -315,7 +305,7 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
     uint64_t have = 0;
     Result<uint64_t> part_size = env->FileSize(JoinPath(partial, f.path) + ".part");
     if (part_size.ok()) have = std::min(*part_size, f.size);
-    need += f.size - have;  // cannot wrap: need <= the checked total above
+    need += f.size - have;  // cannot wrap: SelectFiles checked that the sizes' sum fits
     queue.push_back(i);
   }
   K3_RETURN_IF_ERROR(book.Write());

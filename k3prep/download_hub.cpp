@@ -310,6 +310,16 @@ Result<std::vector<HubFile>> SelectFiles(const std::vector<HubFile>& all,
     return Status::Invalid(repo + " at " + commit + " has no top-level *.safetensors shard (" +
                            std::to_string(all.size()) + " files listed); is this a model repo?");
   }
+  // Each listed size is at most 2^50 (ParseTreePage), but their sum must fit in 64 bits too: a
+  // wrapped total would pass the free-space check with a few KiB and start the downloads.
+  uint64_t total = 0;
+  for (const HubFile& f : out) {
+    if (__builtin_add_overflow(total, f.size, &total)) {
+      return Status::Invalid("the files selected from " + repo + " at " + commit +
+                             " add up to more than 2^64 bytes (at " + f.path + ", " +
+                             std::to_string(f.size) + " bytes); the Hub's listing is broken");
+    }
+  }
   return out;
 }
 

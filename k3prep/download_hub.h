@@ -81,7 +81,7 @@ Result<std::vector<HubFile>> ParseTreePage(std::string_view body, int page,
 // plus every file matching an --include glob (fnmatch(3) without FNM_PATHNAME: '*' also
 // matches '/'). An --include that matches nothing is kInvalid (a typo would otherwise
 // silently download less), and so is one that selects a reserved name (IsReservedName). No
-// shard at all is kInvalid too.
+// shard at all is kInvalid too, and so are selected sizes whose sum does not fit in 64 bits.
 Result<std::vector<HubFile>> SelectFiles(const std::vector<HubFile>& all,
                                          const std::vector<std::string>& includes,
                                          const std::string& repo, const std::string& commit);

@@ -82,6 +82,26 @@ TEST(DownloadHub, SelectFilesRefusesReservedNameOnlyWhenSelected) {
       << inc.status().message();
 }
 
+TEST(DownloadHub, SelectedSizesWhoseSumWrapsRefused) {
+  // Past ParseTreePage's 2^50 bound only by many files; the sum check does not rely on that.
+  std::vector<download::HubFile> all(3);
+  all[0].path = "a.safetensors";
+  all[0].size = uint64_t{1} << 63;
+  all[1].path = "b.safetensors";
+  all[1].size = (uint64_t{1} << 63) - 1;
+  all[2].path = "c.safetensors";
+  all[2].size = 1;
+  std::vector<download::HubFile> fits(all.begin(), all.begin() + 2);
+  EXPECT_TRUE(download::SelectFiles(fits, {}, "o/m", "c").ok());  // 2^64 - 1 still fits
+  Result<std::vector<download::HubFile>> r = download::SelectFiles(all, {}, "o/m", "c");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalid);
+  EXPECT_NE(r.status().message().find("add up to more than 2^64 bytes (at c.safetensors, 1 "
+                                      "bytes)"),
+            std::string::npos)
+      << r.status().message();
+}
+
 // --- ParseTreePage ---
 
 const std::string kOid(40, 'a');

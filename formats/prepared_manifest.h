@@ -9,8 +9,9 @@
 //      re-parses to exactly itself, every region lies inside its file, no two overlap, the
 //      trunk/resident regions equal the layout BuildLayout recomputes from the config (so dtypes,
 //      shapes, order and alignment are the format's), file sizes are the layout's;
-//   4. every file's size on disk equals k3.json's (truncation is caught), experts.idx is decoded
-//      and validated against the config and the expert files.
+//   4. every file's size on disk equals k3.json's (truncation is caught), experts.idx is hashed
+//      against k3.json's region (it is small, so every open pays for it), then decoded and
+//      validated against the config and the expert files.
 // Writing validates the same rules first, removes any old k3.sum, writes k3.json atomically, then
 // k3.sum atomically: k3.sum exists only when k3.json is complete, so an interrupted pack never
 // leaves a directory that opens.
@@ -114,6 +115,11 @@ struct PreparedDir {
   ExpertsIndex experts;
   std::vector<std::string> expert_paths;  // resolved, experts.idx order
 };
+
+// Step 4's experts.idx part: reads it, compares its XXH3-128 with k3.json's region BEFORE
+// decoding (mismatch → kIntegrity "experts.idx altered"), decodes it and validates it against
+// the config and the path table of k3.json's expert_files. Shared by OpenPrepared and k3verify.
+Result<ExpertsIndex> ReadExpertsIndex(Env* env, const std::string& dir, const Manifest& m);
 
 // Steps 1–4.
 Result<PreparedDir> OpenPrepared(Env* env, const std::string& dir, const OpenOptions& options = {});

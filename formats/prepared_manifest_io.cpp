@@ -70,6 +70,40 @@ std::string ResolveExpertPath(const Manifest& m, const std::string& prepared_dir
   return JoinPath(model_dir.empty() ? m.source.model_dir_abs : model_dir, path);
 }
 
+Result<ExpertsIndex> ReadExpertsIndex(Env* env, const std::string& dir, const Manifest& m) {
+  const std::string idx_path = JoinPath(dir, std::string(kExpertsIndexFile));
+  K3_ASSIGN_OR_RETURN(std::string idx_bytes,
+                      ReadFileToString(env, idx_path, m.FindFile(kExpertsIndexFile)->size));
+  // Hashed before it is interpreted: records permuted within a layer decode and validate
+  // (every offset is still inside its file) yet route tokens to the wrong experts.
+  // ValidateManifest guarantees the whole-file region.
+  const Region& region = *m.FindRegion(kExpertsIndexFile);
+  const Hash128 got = Xxh3_128(idx_bytes.data(), idx_bytes.size());
+  if (got != region.xxh3_128) {
+    return Status::Integrity(idx_path + ": experts.idx altered: its XXH3-128 is " + got.Hex() +
+                             ", k3.json records " + region.xxh3_128.Hex());
+  }
+  K3_ASSIGN_OR_RETURN(ExpertsIndex idx, DecodeExpertsIndex(idx_bytes, idx_path));
+  if (idx.files.size() != m.expert_files.size()) {
+    return Status::Invalid(idx_path + ": path table lists " +
+                           std::to_string(idx.files.size()) + " files, k3.json expert_files " +
+                           std::to_string(m.expert_files.size()));
+  }
+  ExpertsIndexCheck check;
+  check.config = &m.config;
+  check.require_aligned = m.experts_mode == ExpertsMode::kCopy;
+  for (size_t i = 0; i < m.expert_files.size(); ++i) {
+    if (idx.files[i] != m.expert_files[i].path) {
+      return Status::Invalid(idx_path + ": path table entry " + std::to_string(i) + " \"" +
+                             idx.files[i] + "\" differs from k3.json expert_files[" +
+                             std::to_string(i) + "] \"" + m.expert_files[i].path + "\"");
+    }
+    check.file_sizes.push_back(m.expert_files[i].size);
+  }
+  K3_RETURN_IF_ERROR(ValidateExpertsIndex(idx, check, idx_path));
+  return idx;
+}
+
 Result<PreparedDir> OpenPrepared(Env* env, const std::string& dir, const OpenOptions& options) {
   const std::string json_path = JoinPath(dir, std::string(kManifestFile));
   K3_ASSIGN_OR_RETURN(std::string text, ReadVerifiedManifestText(env, dir));
@@ -89,27 +123,7 @@ Result<PreparedDir> OpenPrepared(Env* env, const std::string& dir, const OpenOpt
     }
   }
 
-  const std::string idx_path = JoinPath(dir, std::string(kExpertsIndexFile));
-  K3_ASSIGN_OR_RETURN(std::string idx_bytes,
-                      ReadFileToString(env, idx_path, m.FindFile(kExpertsIndexFile)->size));
-  K3_ASSIGN_OR_RETURN(out.experts, DecodeExpertsIndex(idx_bytes, idx_path));
-  if (out.experts.files.size() != m.expert_files.size()) {
-    return Status::Invalid(idx_path + ": path table lists " +
-                           std::to_string(out.experts.files.size()) + " files, k3.json expert_files " +
-                           std::to_string(m.expert_files.size()));
-  }
-  ExpertsIndexCheck check;
-  check.config = &m.config;
-  check.require_aligned = m.experts_mode == ExpertsMode::kCopy;
-  for (size_t i = 0; i < m.expert_files.size(); ++i) {
-    if (out.experts.files[i] != m.expert_files[i].path) {
-      return Status::Invalid(idx_path + ": path table entry " + std::to_string(i) + " \"" +
-                             out.experts.files[i] + "\" differs from k3.json expert_files[" +
-                             std::to_string(i) + "] \"" + m.expert_files[i].path + "\"");
-    }
-    check.file_sizes.push_back(m.expert_files[i].size);
-  }
-  K3_RETURN_IF_ERROR(ValidateExpertsIndex(out.experts, check, idx_path));
+  K3_ASSIGN_OR_RETURN(out.experts, ReadExpertsIndex(env, dir, m));
 
   for (const FileEntry& f : m.expert_files) {
     std::string path = ResolveExpertPath(m, dir, f.path, options.model_dir);

@@ -99,6 +99,54 @@ TEST(K3runCli, ZeroThreadsIsExit2) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// NaN passed every comparison of CLI11's checks: --budget-gb nan ran as if unlimited.
+TEST(K3runCli, NonFiniteNumbersAreRefusedForEveryNumericFlag) {
+  for (const char* flag : {"--budget-gb", "--trunk-gb", "--cache-gb", "--temperature", "--top-p",
+                           "--probe-seconds"}) {
+    for (const char* bad : {"nan", "inf", "-inf"}) {
+      const CliRun r = RunCliArgs({TinyPreparedDir(), "--ids", "1", "--gen", "1", flag, bad});
+      EXPECT_EQ(r.exit_code, 2) << flag << " " << bad << ": " << r.stderr_text;
+      EXPECT_TRUE(Has(r.stderr_text, std::string(flag) + ": " + bad + " is not a finite number"))
+          << r.stderr_text;
+      EXPECT_TRUE(r.stdout_writes.empty());
+    }
+  }
+}
+
+// One million threads ended in "internal error (please report): Resource temporarily
+// unavailable" from pthread_create.
+TEST(K3runCli, ThreadsAboveTheMaximumAreRefusedWithTheBound) {
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--ids", "1", "--threads", "1000000"});
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text,
+                  "--threads: 1000000 is out of range: allowed 1 to " +
+                      std::to_string(kernels::kMaxThreads)))
+      << r.stderr_text;
+}
+
+// Range messages print the bounds as written, not "0.000000 to 1797693134862315708145...".
+TEST(K3runCli, RangeMessagesAreReadable) {
+  struct Case {
+    std::vector<std::string> flag;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--threads", "0"}, "--threads: 0 is out of range: allowed 1 to 1024"},
+           {{"--gen", "-1"}, "--gen: -1 is out of range: allowed 0 or more"},
+           {{"--layers", "0"}, "--layers: 0 is out of range: allowed 1 or more"},
+           {{"--budget-gb", "0"}, "--budget-gb: 0 is out of range: allowed more than 0, up to 1000000"},
+           {{"--top-p", "1.5"}, "--top-p: 1.5 is out of range: allowed more than 0, up to 1"},
+           {{"--probe-seconds", "0"}, "--probe-seconds: 0 is out of range: allowed more than 0, up to 60"}}) {
+    std::vector<std::string> args = {TinyPreparedDir(), "--ids", "1"};
+    args.insert(args.end(), c.flag.begin(), c.flag.end());
+    const CliRun r = RunCliArgs(args);
+    EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+    EXPECT_TRUE(Has(r.stderr_text, c.says)) << r.stderr_text;
+    EXPECT_FALSE(Has(r.stderr_text, "0.000000")) << r.stderr_text;
+    EXPECT_FALSE(Has(r.stderr_text, "1797")) << r.stderr_text;
+  }
+}
+
 TEST(K3runCli, UnknownFlagIsExit2) {
   const CliRun r = RunCliArgs({TinyPreparedDir(), "--ids", "1", "--prompt", "hello"});
   EXPECT_EQ(r.exit_code, 2);
@@ -181,6 +229,30 @@ TEST(K3runCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
   EXPECT_EQ(j["generated_ids"].size(), 3u);  // generation still ran to the end
   // Without --verify-reads the damage is not detected (that is what the flag is for).
   EXPECT_EQ(RunCliArgs({dir, "--ids", kPromptText, "--gen", "1"}).exit_code, 0);
+}
+
+// Two records of one layer swapped: every offset still lies inside its file, so the index
+// decodes and validates, and without its hash the run would route tokens to the wrong experts.
+// k3run treats every hash failure at open as untrusted input, exit 2 (DESIGN.md §5).
+TEST(K3runCli, ExpertsIndexPermutedWithinALayerIsUntrustedExit2) {
+  test::TempDir tmp;
+  const std::string dir = CopyPrepared(tmp);
+  Result<std::string> idx_bytes = ReadFileToString(Env::Default(), dir + "/experts.idx");
+  ASSERT_TRUE(idx_bytes.ok());
+  Result<prep::ExpertsIndex> idx = prep::DecodeExpertsIndex(*idx_bytes, "experts.idx");
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  std::swap(idx->records[idx->RecordIndex(1, 0)], idx->records[idx->RecordIndex(1, 1)]);
+  const std::string permuted = prep::EncodeExpertsIndex(*idx);
+  ASSERT_EQ(permuted.size(), idx_bytes->size());
+  ASSERT_NE(permuted, *idx_bytes);
+  std::ofstream(dir + "/experts.idx", std::ios::binary | std::ios::trunc) << permuted;
+
+  const CliRun r = RunCliArgs({dir, "--ids", kPromptText, "--gen", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, dir + "/experts.idx: experts.idx altered: its XXH3-128 is "))
+      << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, "re-run k3prep pack")) << r.stderr_text;
+  EXPECT_TRUE(r.stdout_writes.empty());
 }
 
 TEST(K3runCli, JsonReportCarriesTheRequiredFields) {

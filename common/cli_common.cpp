@@ -1,5 +1,7 @@
 #include "common/cli_common.h"
 
+#include <charconv>
+#include <cmath>
 #include <exception>
 #include <new>
 #include <string>
@@ -31,6 +33,48 @@ void AddOutputFlags(CLI::App* app, OutputOptions* out) {
 
 void AddJsonFlag(CLI::App* app, OutputOptions* out) {
   app->add_flag("--json", out->json, "machine-readable JSON on stdout");
+}
+
+namespace {
+
+// The shortest plain text that reads back as `v`: "1024", "0.5", "1000000" (not
+// "1024.000000" or "1e+06"); exponents only beyond 10^15.
+std::string ShortNumber(double v) {
+  char buf[64];
+  const auto format = std::fabs(v) < 1e15 ? std::chars_format::fixed : std::chars_format::general;
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, format);
+  return std::string(buf, r.ptr);
+}
+
+// A validator for min <= v <= max (or min < v when min_open), described by `allowed`.
+CLI::Validator NumberCheck(double min, bool min_open, double max, const std::string& allowed) {
+  CLI::Validator v(
+      [=](std::string& input) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(input, value)) return "\"" + input + "\" is not a number";
+        if (!std::isfinite(value)) {
+          return input + " is not a finite number: allowed " + allowed;
+        }
+        const bool low = min_open ? !(value > min) : !(value >= min);
+        if (low || value > max) return input + " is out of range: allowed " + allowed;
+        return std::string();
+      },
+      allowed);
+  return v;
+}
+
+}  // namespace
+
+CLI::Validator InRange(double min, double max) {
+  return NumberCheck(min, false, max, ShortNumber(min) + " to " + ShortNumber(max));
+}
+
+CLI::Validator AtLeast(double min) {
+  return NumberCheck(min, false, HUGE_VAL, ShortNumber(min) + " or more");
+}
+
+CLI::Validator AboveZero(double max) {
+  return NumberCheck(0, true, max, "more than 0, up to " + ShortNumber(max));
 }
 
 int ReportAndExit(std::string_view tool, const Status& s) {

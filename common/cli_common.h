@@ -24,6 +24,15 @@ struct OutputOptions {
 void AddOutputFlags(CLI::App* app, OutputOptions* out);
 void AddJsonFlag(CLI::App* app, OutputOptions* out);
 
+// Checks for numeric flags, applied to the text before CLI11 converts it. Every one refuses NaN
+// and ±inf (CLI11's own Range lets NaN through: every comparison with it is false) and says what
+// is allowed with the bounds as written: "--threads: 1000000 is out of range: allowed 1 to 1024".
+// The integral forms print whole numbers; a fractional value for an integer flag is left to
+// CLI11's conversion, which refuses it.
+CLI::Validator InRange(double min, double max);  // min <= v <= max
+CLI::Validator AtLeast(double min);              // min <= v, finite
+CLI::Validator AboveZero(double max);            // 0 < v <= max
+
 // Prints "TOOL: error: <s.ToString()>" to stderr for a failure; returns s.exit_code() (0 for OK).
 int ReportAndExit(std::string_view tool, const Status& s);
 

@@ -66,7 +66,7 @@ void AddSynth(CLI::App* app, SynthFlags* f, OutputOptions* out) {
   cmd->add_option("--shards", o.shards,
                   "pack consecutive layers into N shards (default: one per layer plus one "
                   "model-level shard)")
-      ->check(CLI::PositiveNumber);
+      ->check(AtLeast(1));
   cmd->add_option("--small-dtype", f->small_dtype,
                   "dtype of every small vector: mixed (the release: F32 for A_log, dt_bias, conv, "
                   "o_norm, e_score_correction_bias; BF16 for norms), bf16 or f32")

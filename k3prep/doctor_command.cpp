@@ -26,15 +26,15 @@ class DoctorApp : public CLI::App {
                "size of the scratch file the read probe writes in DIR, MiB (needs this + 1 GB "
                "free; removed afterwards)")
         ->default_val(1024)
-        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
+        ->check(InRange(1, 1 << 20));
     add_option("--probe-seconds", opts.probe_seconds,
                "time spent reading at each queue depth (1 and 16)")
         ->default_val(3.0)
-        ->check(CLI::Range(0.0, 3600.0));
+        ->check(InRange(0, 3600));
     add_option("--read-size", read_size,
                "bytes per probe read (default: the largest expert record of a prepared DIR, else "
                "one released expert, 17547264)")
-        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
+        ->check(InRange(1, 4294967296.0));
     add_flag("--no-probe", no_probe, "skip the read probe (writes nothing big to DIR)");
     add_flag("--pread", opts.force_pread, "probe with the pread thread pool instead of io_uring");
     AddOutputFlags(this, &own_out);

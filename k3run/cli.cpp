@@ -542,13 +542,16 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
       "chat: low|high|max (default max)");
   app->add_option_function<double>(
       "--temperature", [o](const double& v) { o->sampling.temperature = v; },
-      "sample with this temperature (> 0); default greedy");
+      "sample with this temperature (> 0); default greedy")
+      ->check(AboveZero(1e6));
   app->add_option_function<double>(
       "--top-p", [o](const double& v) { o->sampling.top_p = v; },
-      "sample from the smallest set of tokens with this probability mass, (0, 1]");
+      "sample from the smallest set of tokens with this probability mass, (0, 1]")
+      ->check(AboveZero(1));
   app->add_option_function<int64_t>(
       "--top-k", [o](const int64_t& v) { o->sampling.top_k = v; },
-      "sample from the K most likely tokens (0: all)");
+      "sample from the K most likely tokens (0: all)")
+      ->check(AtLeast(0));
   // Parsed here: CLI11 would wrap "-1" into 2^64 − 1 for an unsigned option.
   app->add_option_function<std::string>(
       "--seed",
@@ -567,15 +570,15 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
       },
       "sampler seed (PCG32 via SplitMix64; same seed, same tokens)");
   app->add_option("--gen", o->gen, "tokens to generate (0: prefill only; chat: per turn, 2048)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(AtLeast(0))
       ->each([o](const std::string&) { o->gen_set = true; });
   app->add_flag("--recompute", o->recompute,
                 "re-run the whole prefix every step (the check path; same bits, O(T^2))");
   app->add_option("--stop-id", o->stop_ids, "stop after generating this id (repeatable)");
   app->add_option("--layers", o->layers, "run only the first N layers (NOT the model)")
-      ->check(CLI::PositiveNumber);
+      ->check(AtLeast(1));
   app->add_option("--threads", o->threads, "compute threads (never changes a bit)")
-      ->check(CLI::PositiveNumber);
+      ->check(InRange(1, kernels::kMaxThreads));
   CLI::Option* dump = app->add_option(
       "--dump-logits", o->dump_logits,
       "write the prompt's final logits (float32 little-endian, all vocab) to PATH");
@@ -597,14 +600,17 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
            o->cache_gb.reset();
          },
          "stream weights within this TOTAL budget (GB = 10^9 bytes): trunk first, then experts")
+      ->check(AboveZero(kMaxBudgetGb))
       ->trigger_on_parse();
   app->add_option_function<double>(
          "--trunk-gb", [o](const double& v) { o->trunk_gb = v; },
          "trunk budget (pinned layers + ring), overriding the split of --budget-gb/--preset")
+      ->check(AboveZero(kMaxBudgetGb))
       ->trigger_on_parse();
   app->add_option_function<double>(
          "--cache-gb", [o](const double& v) { o->cache_gb = v; },
          "expert cache budget, overriding the split of --budget-gb/--preset")
+      ->check(AboveZero(kMaxBudgetGb))
       ->trigger_on_parse();
   app->add_option_function<std::string>(
          "--preset",
@@ -626,7 +632,7 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
                 "skip the start-up bandwidth probes (the report then has no floor)");
   app->add_option("--probe-seconds", o->probe_seconds,
                   "wall time of each start-up bandwidth probe (default 0.15)")
-      ->check(CLI::PositiveNumber);
+      ->check(AboveZero(60));
   app->add_option_function<std::string>(
       "--cache-policy", [o](const std::string& v) { o->cache_policy = v; },
       "expert cache eviction: lru|s3fifo (default s3fifo)");
@@ -634,7 +640,7 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
                   "read ahead this many guesses of the next MoE layer's experts per layer, when "
                   "its trunk is pinned and the cache has room (0: off; default " +
                       std::to_string(kDefaultPrefetchExperts) + "; off with --dump-cache-trace)")
-      ->check(CLI::Range(0, 4096));
+      ->check(InRange(0, 4096));
   AddOutputFlags(app, &o->output);
 }
 

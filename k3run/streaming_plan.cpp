@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <cstdio>
 
 #include "formats/prepared_layout.h"
@@ -97,6 +98,17 @@ Result<StreamingPlan> PlanStreaming(const prep::PreparedDir& p, const BudgetRequ
   const uint64_t min_chunk_bytes = RoundUp(uint64_t(min_chunk_rows) * row_bytes, 4096);
   plan.trunk_min = std::min(trunk_all + lm_bytes, 2 * std::max(largest, min_chunk_bytes));
 
+  // Library callers bypass the flags' checks; NaN would pass every comparison below and
+  // llround(NaN) is undefined.
+  for (const auto& [flag, gb] : {std::pair{"--budget-gb", req.budget_gb},
+                                 std::pair{"--trunk-gb", req.trunk_gb},
+                                 std::pair{"--cache-gb", req.cache_gb}}) {
+    if (gb && !(*gb > 0 && *gb <= kMaxBudgetGb)) {
+      return Status::Invalid(std::string(flag) + " " + std::to_string(*gb) +
+                             ": a budget must be a finite number of GB in (0, " +
+                             std::to_string(static_cast<int64_t>(kMaxBudgetGb)) + "]");
+    }
+  }
   // Budgets: a total is split trunk first (re-read every token), the rest to the cache.
   std::optional<uint64_t> total;
   std::string total_flag;

@@ -25,6 +25,11 @@ struct BudgetPreset {
 const std::vector<BudgetPreset>& BudgetPresets();
 std::string ListPresetsText();
 
+// The largest budget a flag or library caller may give, in GB (1 PB): no machine has more, and
+// far beyond it the GB → bytes conversion would leave uint64_t.
+inline constexpr double kMaxBudgetGb = 1e6;
+
+// Each *_gb, when set, must be finite and in (0, kMaxBudgetGb]; PlanStreaming refuses others.
 struct BudgetRequest {
   std::optional<double> budget_gb;  // --budget-gb
   std::optional<double> trunk_gb;   // --trunk-gb (overrides the split's trunk part)

@@ -95,6 +95,9 @@ Result<Isa> IsaFromEnvironment();
 
 // ---- threads ----
 // Default: omp_get_max_threads() (honours OMP_NUM_THREADS). n < 1 is treated as 1.
+// kMaxThreads bounds --threads: past a few per core more threads only add switches, and a
+// typo such as 1000000 would otherwise die in pthread_create with EAGAIN.
+inline constexpr int kMaxThreads = 1024;
 void SetThreads(int n);
 int Threads();
 

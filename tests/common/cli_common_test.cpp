@@ -142,5 +142,65 @@ TEST_F(Cli, LogRespectsQuietButErrorsAlwaysPrint) {
   EXPECT_EQ(err, "info one\nwarning: careful\nerror: broken\n");
 }
 
+// The numeric checks: NaN and ±inf refused by each (CLI11's Range lets NaN through), bounds
+// printed as written, and the in-range edges accepted.
+struct NumberCase {
+  const char* value;
+  bool accepted;
+};
+
+void ExpectChecks(const CLI::Validator& check, const std::vector<NumberCase>& cases,
+                  const std::string& allowed) {
+  for (const NumberCase& c : cases) {
+    CLI::App app("t", "tool");
+    double v = 0;
+    app.add_option("--x", v)->check(check);
+    bool ran = false;
+    CliRun r = RunTool(app, {"--x", c.value}, [&] {
+      ran = true;
+      return Status::Ok();
+    });
+    EXPECT_EQ(ran, c.accepted) << c.value << ": " << r.err;
+    EXPECT_EQ(r.code, c.accepted ? 0 : 2) << c.value;
+    if (!c.accepted) {
+      EXPECT_NE(r.err.find(std::string("--x: ") + c.value), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("allowed " + allowed + "\n"), std::string::npos) << r.err;
+      // CLI11's own wording printed 0.000000 and a 309-digit double maximum.
+      EXPECT_EQ(r.err.find("0.000000"), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find("1797"), std::string::npos) << r.err;
+    }
+  }
+}
+
+TEST_F(Cli, InRangeRefusesNonFiniteAndOutsideValuesNamingTheBounds) {
+  ExpectChecks(InRange(1, 1024),
+               {{"1", true}, {"1024", true}, {"0", false}, {"1025", false}, {"nan", false},
+                {"NaN", false}, {"inf", false}, {"-inf", false}, {"1000000", false}},
+               "1 to 1024");
+}
+
+TEST_F(Cli, AtLeastRefusesNonFiniteAndSmallerValues) {
+  ExpectChecks(AtLeast(0), {{"0", true}, {"1e300", true}, {"-1", false}, {"nan", false},
+                            {"inf", false}},
+               "0 or more");
+}
+
+TEST_F(Cli, AboveZeroRefusesZeroNonFiniteAndTooLarge) {
+  ExpectChecks(AboveZero(1000000), {{"0.001", true}, {"1000000", true}, {"0", false},
+                                    {"-2", false}, {"nan", false}, {"inf", false},
+                                    {"1000001", false}},
+               "more than 0, up to 1000000");
+}
+
+TEST_F(Cli, NonFiniteValueSaysSo) {
+  CLI::App app("t", "tool");
+  double v = 0;
+  app.add_option("--budget", v)->check(AboveZero(10));
+  CliRun r = RunTool(app, {"--budget", "nan"}, [] { return Status::Ok(); });
+  EXPECT_NE(r.err.find("--budget: nan is not a finite number: allowed more than 0, up to 10"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace k3

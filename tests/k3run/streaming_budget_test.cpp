@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -348,6 +349,28 @@ INSTANTIATE_TEST_SUITE_P(Budgets, StreamingLadderSmall, ::testing::ValuesIn(Case
 
 // PlanStreaming holds lm_head only when every layer is pinned (which is why rung (c) is built
 // by hand): checked over the whole range of trunk budgets.
+// Library callers skip the flags' checks: a NaN or infinite budget must still be refused (NaN
+// passes every comparison, and llround(NaN) is undefined).
+TEST(StreamingPlanRequest, NonFiniteOrOutOfRangeBudgetsAreRefusedNamingTheFlag) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {nan, inf, -inf, 0.0, -1.0, kMaxBudgetGb * 2}) {
+    for (int which = 0; which < 3; ++which) {
+      BudgetRequest r;
+      std::optional<double>* field[] = {&r.budget_gb, &r.trunk_gb, &r.cache_gb};
+      const char* flag[] = {"--budget-gb", "--trunk-gb", "--cache-gb"};
+      *field[which] = bad;
+      Result<StreamingPlan> p = Plan(r);
+      ASSERT_FALSE(p.ok()) << flag[which] << " " << bad;
+      EXPECT_EQ(p.status().code(), Code::kInvalid);
+      EXPECT_EQ(p.status().message().rfind(flag[which], 0), 0u) << p.status().message();
+      EXPECT_NE(p.status().message().find("a budget must be a finite number of GB"),
+                std::string::npos)
+          << p.status().message();
+    }
+  }
+}
+
 TEST(StreamingLadderPlan, LmHeadHeldOnlyWithEveryLayerPinned) {
   const uint64_t lo = Generous().trunk_min, hi = TrunkAll() + LmHeadBytes();
   for (int i = 0; i <= 32; ++i) {

@@ -29,6 +29,17 @@ Status OpenError(const std::string& path, int err, bool creating) {
   return Status::IoErrno(creating ? "create" : "open", path, err);
 }
 
+// What the file is instead, in words a user can act on.
+Status NotARegularFile(const std::string& path, mode_t mode) {
+  const char* what = S_ISFIFO(mode)   ? "a FIFO (named pipe)"
+                     : S_ISSOCK(mode) ? "a socket"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                                      : "not a regular file";
+  return Status::Invalid(path + ": is " + std::string(what) +
+                         ", expected a regular file (or a symlink to one)");
+}
+
 class PosixFile final : public File {
  public:
   PosixFile(std::string path, int fd, bool direct) : fd_(fd), direct_(direct) {
@@ -115,8 +126,13 @@ class PosixFile final : public File {
 
 class PosixEnv final : public Env {
  public:
+  // Every open is O_NONBLOCK first: a FIFO named like a shard would otherwise block open(2)
+  // (and later reads) forever. The descriptor is then fstat'ed, so what is checked is what was
+  // opened (no check-then-open race): reads and read-write state files must be regular files
+  // (symlinks to them are followed); a created output may also be a character device such as
+  // /dev/null. O_NONBLOCK is cleared again before the file is handed out.
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override {
-    int flags = O_CLOEXEC;
+    int flags = O_CLOEXEC | O_NONBLOCK;
     bool creating = false;
     switch (mode) {
       case OpenMode::kRead:
@@ -135,16 +151,27 @@ class PosixEnv final : public Env {
     }
     while (fd < 0) {
       fd = ::open(path.c_str(), flags, 0644);
+      // ENXIO: a FIFO opened for writing with no reader.
+      if (fd < 0 && errno == ENXIO) return NotARegularFile(path, S_IFIFO);
       if (fd < 0 && errno != EINTR) return OpenError(path, errno, creating);
     }
-    if (!creating) {
-      // open(2) succeeds on a directory with O_RDONLY; reading it would fail later and less
-      // clearly.
-      struct stat st {};
-      if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        ::close(fd);
-        return OpenError(path, EISDIR, false);
-      }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::IoErrno("stat", path, err);
+    }
+    const bool allowed = S_ISREG(st.st_mode) || (mode == OpenMode::kCreate && S_ISCHR(st.st_mode));
+    if (!allowed) {
+      ::close(fd);
+      // A directory keeps its own message: open(2) succeeds on one with O_RDONLY.
+      if (S_ISDIR(st.st_mode)) return OpenError(path, EISDIR, false);
+      return NotARegularFile(path, st.st_mode);
+    }
+    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::IoErrno("fcntl", path, err);
     }
     return std::unique_ptr<File>(new PosixFile(path, fd, direct));
   }
@@ -269,7 +296,8 @@ class PosixEnv final : public Env {
     // largest logical block size in common use) when it opens.
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return 4096;
-    const int probe_flags = (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC;
+    const int probe_flags =
+        (S_ISDIR(st.st_mode) ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC | O_NONBLOCK;
     int fd = ::open(path.c_str(), probe_flags | O_DIRECT);
     if (fd < 0) return errno == EINVAL ? 0 : 4096;
     ::close(fd);

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -106,6 +110,44 @@ TEST(Env, OpenDirectoryForReadingIsInvalid) {
     EXPECT_EQ(f.status().code(), Code::kInvalid);
     EXPECT_EQ(f.status().message(), dir.path() + ": is a directory, expected a file");
   }
+}
+
+// A FIFO named like a shard must be refused at open, not block it: a blocking open(2) would
+// hang this test (and k3verify/pack) until ctest's timeout.
+TEST(Env, FifoIsRefusedInEveryModeWithoutBlocking) {
+  TempDir dir;
+  const std::string path = dir.Join("model-00001-of-00002.safetensors");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0) << std::strerror(errno);
+  for (OpenMode mode :
+       {OpenMode::kRead, OpenMode::kReadDirect, OpenMode::kReadWrite, OpenMode::kCreate}) {
+    auto f = Env::Default()->Open(path, mode);
+    ASSERT_FALSE(f.ok()) << static_cast<int>(mode);
+    EXPECT_EQ(f.status().code(), Code::kInvalid);
+    EXPECT_EQ(f.status().message(),
+              path + ": is a FIFO (named pipe), expected a regular file (or a symlink to one)");
+  }
+}
+
+TEST(Env, SymlinkToARegularFileOpensAndReadsBlocking) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFileAtomic(Env::Default(), dir.Join("real"), "abc").ok());
+  std::filesystem::create_symlink(dir.Join("real"), dir.Join("link"));
+  auto f = Env::Default()->Open(dir.Join("link"), OpenMode::kRead);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  // O_NONBLOCK is an open-time guard only; the descriptor handed out blocks as usual.
+  EXPECT_EQ(::fcntl((*f)->fd(), F_GETFL) & O_NONBLOCK, 0);
+  char buf[3] = {};
+  size_t got = 0;
+  ASSERT_TRUE((*f)->PRead(0, 3, buf, &got).ok());
+  EXPECT_EQ(std::string(buf, got), "abc");
+}
+
+TEST(Env, CharacterDeviceIsRefusedForReadingButTakesOutput) {
+  auto in = Env::Default()->Open("/dev/zero", OpenMode::kRead);
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.status().message(),
+            "/dev/zero: is a character device, expected a regular file (or a symlink to one)");
+  EXPECT_TRUE(Env::Default()->Open("/dev/null", OpenMode::kCreate).ok());
 }
 
 TEST(Env, CreateInMissingDirectoryNamesThePath) {

@@ -29,9 +29,11 @@ using pack_internal::JournalHeader;
 using pack_internal::MakePlan;
 using pack_internal::MakeWindows;
 using pack_internal::OutputFile;
+using pack_internal::OutputState;
 using pack_internal::Packer;
 using pack_internal::Plan;
 using pack_internal::PlanIdentity;
+using pack_internal::RemoveJournalOfCompletePack;
 using pack_internal::RenameAll;
 using pack_internal::RenameBack;
 using pack_internal::ReverifyJournal;
@@ -93,7 +95,17 @@ Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
     tokenizer_sizes.push_back(size);
   }
   const std::vector<OutputFile> files = FinalOutputs(plan, o.out, tokenizer_sizes);
-  K3_RETURN_IF_ERROR(CheckOutputState(env, o, files));
+  K3_ASSIGN_OR_RETURN(const OutputState state, CheckOutputState(env, o, files));
+  const Hash128 identity = PlanIdentity(plan, o.experts);
+  if (state == OutputState::kCompleteJournalLeft) {
+    PackResult done;
+    K3_ASSIGN_OR_RETURN(done.manifest,
+                        RemoveJournalOfCompletePack(env, o, JournalHeader(identity)));
+    done.already_complete = true;
+    done.stats.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return done;
+  }
   K3_RETURN_IF_ERROR(CheckFreeSpace(env, o, files, stripe_abs, plan.units.size()));
 
   // From here on the pack writes (temporary names only until the finish).
@@ -102,7 +114,6 @@ Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
 
   PackResult result;
   PackStats& stats = result.stats;
-  const Hash128 identity = PlanIdentity(plan, o.experts);
   const std::string journal_path = JoinPath(o.out, std::string(kPackJournalFile));
   std::string journal_text = JournalHeader(identity);
   if (o.resume) {

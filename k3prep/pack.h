@@ -43,7 +43,11 @@
 //   `k3verify prepared --deep --against` to check.
 // - Without --resume, a PREPARED that already holds pack output (final or temporary names, or a
 //   journal) is refused (kInvalid): pass --resume or choose an empty directory. A complete
-//   PREPARED (k3.sum present) is refused in both cases.
+//   PREPARED (k3.sum present) is refused in both cases, with one exception: a pack stopped
+//   after it wrote k3.sum and before it removed its journal (its very last step). Without
+//   --resume that is refused naming the journal; with --resume the directory is opened and
+//   checked like k3run does (k3.sum, k3.json, sizes, experts.idx's hash), the journal must be
+//   this plan's, and then it is removed: the result is `already_complete`, nothing re-read.
 //
 // Non-goals: the byte layout (formats/prepared_layout.h decides it), the manifest schema
 // (formats/prepared_manifest.h), verifying an existing prepared directory (k3verify).
@@ -96,6 +100,8 @@ struct PackStats {
 struct PackResult {
   Manifest manifest;
   PackStats stats;
+  // --resume found the pack finished (k3.sum written) with only its journal left to remove.
+  bool already_complete = false;
 };
 
 // Runs the whole pack. Status codes: kInvalid (exit 2) for usage errors, a missing or invalid

@@ -41,7 +41,7 @@ class PackApp : public CLI::App {
              "continue an interrupted pack: finished parts are re-verified by hash and kept");
     add_option("--jobs", opts.jobs, "1: read, hash and write in turn; 2+: read ahead in a "
                                     "second thread (the result never depends on it)")
-        ->check(CLI::PositiveNumber);
+        ->check(InRange(1, 256));
     AddOutputFlags(this, &own_out);
   }
 
@@ -55,6 +55,12 @@ class PackApp : public CLI::App {
     }
     Result<PackResult> r = RunPack(Env::Default(), opts);
     if (!r.ok()) return r.status();
+    if (r->already_complete) {
+      LogInfo("resume: " + opts.out + " was already complete (k3.sum written); checked it and "
+              "removed the journal the stopped pack left");
+      LogInfo("next: k3verify prepared " + opts.out + " --deep");
+      return Status::Ok();
+    }
     const PackStats& s = r->stats;
     char rate[96];
     const double mbps =

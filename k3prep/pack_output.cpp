@@ -53,18 +53,27 @@ std::vector<OutputFile> FinalOutputs(const Plan& plan, const std::string& out,
   return files;
 }
 
-Status CheckOutputState(Env* env, const PackOptions& o, const std::vector<OutputFile>& files) {
+Result<OutputState> CheckOutputState(Env* env, const PackOptions& o,
+                                     const std::vector<OutputFile>& files) {
   if (env->Exists(o.out) && !env->IsDirectory(o.out)) {
     return Status::Invalid(o.out + ": --out exists and is not a directory");
   }
   const std::string sum = JoinPath(o.out, std::string(kSumFile));
+  const std::string journal = JoinPath(o.out, std::string(kPackJournalFile));
+  if (env->Exists(sum) && env->Exists(journal)) {
+    // The journal goes last, after k3.sum: a pack stopped between the two left it behind.
+    if (o.resume) return OutputState::kCompleteJournalLeft;
+    return Status::Invalid(journal + ": left by a pack stopped after it wrote " + sum +
+                           "; run the same command with --resume to finish it (the directory "
+                           "is checked and the journal removed)");
+  }
   if (env->Exists(sum)) {
     return Status::Invalid(o.out + ": already holds a complete prepared directory (" + sum +
                            " exists); check it with k3verify prepared, or delete it / choose "
                            "another --out to pack again");
   }
-  if (o.resume) return Status::Ok();
-  std::vector<std::string> candidates = {JoinPath(o.out, std::string(kPackJournalFile))};
+  if (o.resume) return OutputState::kPackable;
+  std::vector<std::string> candidates = {journal};
   for (const OutputFile& f : files) {
     candidates.push_back(f.final_path);
     candidates.push_back(TempPathFor(f.final_path));
@@ -75,7 +84,29 @@ Status CheckOutputState(Env* env, const PackOptions& o, const std::vector<Output
                                  "parts are re-verified by hash and kept), or delete it");
     }
   }
-  return Status::Ok();
+  return OutputState::kPackable;
+}
+
+Result<Manifest> RemoveJournalOfCompletePack(Env* env, const PackOptions& o,
+                                             const std::string& journal_header) {
+  const std::string journal = JoinPath(o.out, std::string(kPackJournalFile));
+  OpenOptions open;
+  open.model_dir = o.model_dir;
+  Result<PreparedDir> p = OpenPrepared(env, o.out, open);
+  if (!p.ok()) {
+    return p.status().WithContext("finishing the stopped pack in " + o.out +
+                                  " (k3.sum and its journal are there, but it does not open; "
+                                  "delete the directory and pack again)");
+  }
+  K3_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, journal, uint64_t{1} << 30));
+  if (text.compare(0, journal_header.size(), journal_header) != 0) {
+    return Status::Invalid(journal + ": belongs to another pack (config, mode, outputs or shards "
+                           "differ) than the complete one in " + o.out +
+                           "; check the command, or delete the journal");
+  }
+  K3_RETURN_IF_ERROR(env->Remove(journal));
+  K3_RETURN_IF_ERROR(env->SyncDir(o.out));
+  return std::move(p->manifest);
 }
 
 Status CheckFreeSpace(Env* env, const PackOptions& o, const std::vector<OutputFile>& files,

@@ -31,9 +31,21 @@ struct OutputFile {
 std::vector<OutputFile> FinalOutputs(const Plan& plan, const std::string& out,
                                      const std::vector<uint64_t>& tokenizer_sizes);
 
+enum class OutputState {
+  kPackable,              // empty, or (with --resume) holding an earlier pack's parts
+  kCompleteJournalLeft,   // k3.sum written, the journal not yet removed; only with --resume
+};
+
 // kInvalid when --out is not a directory, already holds a complete pack (k3.sum), or (without
 // --resume) holds anything an earlier pack left (final or temporary names, the journal).
-Status CheckOutputState(Env* env, const PackOptions& o, const std::vector<OutputFile>& files);
+// A complete pack whose journal is still there is kCompleteJournalLeft under --resume.
+Result<OutputState> CheckOutputState(Env* env, const PackOptions& o,
+                                     const std::vector<OutputFile>& files);
+
+// Finishes a kCompleteJournalLeft directory: opens it as k3run would, requires the journal to be
+// this plan's (`journal_header`), removes the journal and returns the opened manifest.
+Result<Manifest> RemoveJournalOfCompletePack(Env* env, const PackOptions& o,
+                                             const std::string& journal_header);
 
 // kIo naming the directory, the bytes required and the bytes available when a filesystem
 // (--out's or a stripe directory's) cannot hold what is still to be written.

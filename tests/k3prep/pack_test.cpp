@@ -3,6 +3,8 @@
 // plan). Failure modes each get a test: refusal, missing config, faults, free space, resume.
 #include "k3prep/pack.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -370,6 +372,25 @@ TEST_F(PackTiny, MissingConfigIsInvalidInputNamingIt) {
   EXPECT_FALSE(fs::exists(tmp_.Join("p")));
 }
 
+// A FIFO named like a shard blocked the pack forever in open(2); it is refused by name.
+TEST_F(PackTiny, FifoNamedLikeAShardIsRefusedNotWaitedOn) {
+  TempDir model;
+  fs::copy(Model(), model.path(), fs::copy_options::recursive);
+  std::string shard;
+  for (const auto& e : fs::directory_iterator(model.path())) {
+    if (e.path().extension() == ".safetensors") shard = e.path().string();
+  }
+  ASSERT_FALSE(shard.empty());
+  fs::remove(shard);
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0644), 0);
+  Result<PackResult> r = RunPack(D(), Opts(model.path(), tmp_.Join("p")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().exit_code(), 2);
+  EXPECT_NE(r.status().message().find(shard + ": is a FIFO (named pipe), expected a regular file"),
+            std::string::npos)
+      << r.status().message();
+}
+
 TEST_F(PackTiny, MissingModelDirIsInvalidInput) {
   Result<PackResult> r = RunPack(D(), Opts(tmp_.Join("nope"), tmp_.Join("p")));
   ASSERT_FALSE(r.ok());
@@ -474,6 +495,58 @@ TEST_F(PackTiny, CompletePreparedDirIsRefusedEvenWithResume) {
     EXPECT_EQ(r.status().exit_code(), 2);
     EXPECT_NE(r.status().message().find("k3.sum"), std::string::npos) << r.status().message();
   }
+}
+
+// A pack stopped after k3.sum landed but before its journal was removed (the last step; the
+// failing unlink stands in for a kill there) leaves a complete directory plus the journal.
+// Without --resume that is refused naming the journal; --resume checks the directory, removes
+// the journal and re-reads nothing.
+TEST_F(PackTiny, JournalLeftAfterTheSumIsRemovedByResume) {
+  const std::string out = tmp_.Join("p");
+  const std::string journal = JoinPath(out, std::string(kPackJournalFile));
+  FaultEnv env;
+  env.SetRule(journal, FaultRule::RemoveFails());
+  ASSERT_FALSE(RunPack(&env, Opts(Model(), out)).ok());
+  ASSERT_TRUE(D()->Exists(JoinPath(out, std::string(kSumFile))));
+  ASSERT_TRUE(D()->Exists(journal));
+
+  Result<PackResult> plain = RunPack(D(), Opts(Model(), out));
+  ASSERT_FALSE(plain.ok());
+  EXPECT_EQ(plain.status().exit_code(), 2);
+  EXPECT_NE(plain.status().message().find(journal), std::string::npos) << plain.status().message();
+  EXPECT_NE(plain.status().message().find("--resume"), std::string::npos);
+  EXPECT_TRUE(D()->Exists(journal));
+
+  const std::map<std::string, std::string> before = HashTree(out);
+  PackOptions o = Opts(Model(), out);
+  o.resume = true;
+  Result<PackResult> r = RunPack(D(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->already_complete);
+  EXPECT_EQ(r->stats.bytes_read, 0u);
+  EXPECT_FALSE(D()->Exists(journal));
+  std::map<std::string, std::string> after = HashTree(out);
+  after[std::string(kPackJournalFile)] = before.at(std::string(kPackJournalFile));
+  EXPECT_EQ(after, before);  // nothing but the journal changed
+  CheckAgainstSource(out, Model());
+}
+
+// The leftover journal must be this plan's: a --resume in another experts mode is refused and
+// the journal stays for the user to look at.
+TEST_F(PackTiny, JournalLeftAfterTheSumOfAnotherPlanIsRefused) {
+  const std::string out = tmp_.Join("p");
+  const std::string journal = JoinPath(out, std::string(kPackJournalFile));
+  FaultEnv env;
+  env.SetRule(journal, FaultRule::RemoveFails());
+  ASSERT_FALSE(RunPack(&env, Opts(Model(), out)).ok());
+  PackOptions copy = Opts(Model(), out, ExpertsMode::kCopy);
+  copy.resume = true;
+  Result<PackResult> r = RunPack(D(), copy);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().exit_code(), 2);
+  EXPECT_NE(r.status().message().find("belongs to another pack"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(D()->Exists(journal));
 }
 
 // Interrupt with ENOSPC part-way through the expert files, then resume with a healthy disk: the

@@ -131,6 +131,12 @@ Status FaultEnv::Rename(const std::string& from, const std::string& to) {
   return target()->Rename(from, to);
 }
 
+Status FaultEnv::Remove(const std::string& path) {
+  auto state = Find(path);
+  if (state && state->rule.fail_remove) return Status::IoErrno("remove", path, EIO);
+  return target()->Remove(path);
+}
+
 Result<uint64_t> FaultEnv::FreeSpace(const std::string& path) {
   {
     std::lock_guard<std::mutex> lock(mu_);

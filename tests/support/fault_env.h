@@ -36,6 +36,8 @@ struct FaultRule {
   bool fail_rename = false;
   // Sync fails with EIO.
   bool fail_sync = false;
+  // Remove of a matching path fails with EIO and does nothing (a crash before the unlink).
+  bool fail_remove = false;
   // Called before every PRead of a matching file with its range (may block: tests use it to
   // hold one read back while others complete).
   std::function<void(uint64_t offset, size_t n)> before_read;
@@ -48,6 +50,7 @@ struct FaultRule {
   static FaultRule Truncated(uint64_t size) { FaultRule r; r.truncated_size = size; return r; }
   static FaultRule RenameFails() { FaultRule r; r.fail_rename = true; return r; }
   static FaultRule SyncFails() { FaultRule r; r.fail_sync = true; return r; }
+  static FaultRule RemoveFails() { FaultRule r; r.fail_remove = true; return r; }
 };
 
 class FaultEnv : public EnvWrapper {
@@ -65,6 +68,7 @@ class FaultEnv : public EnvWrapper {
   Result<std::unique_ptr<File>> Open(const std::string& path, OpenMode mode) override;
   Result<uint64_t> FileSize(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
+  Status Remove(const std::string& path) override;
   Result<uint64_t> FreeSpace(const std::string& path) override;
 
   struct RuleState {

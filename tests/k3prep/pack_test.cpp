@@ -497,18 +497,23 @@ TEST_F(PackTiny, CompletePreparedDirIsRefusedEvenWithResume) {
   }
 }
 
-// A pack stopped after k3.sum landed but before its journal was removed (the last step; the
-// failing unlink stands in for a kill there) leaves a complete directory plus the journal.
-// Without --resume that is refused naming the journal; --resume checks the directory, removes
-// the journal and re-reads nothing.
-TEST_F(PackTiny, JournalLeftAfterTheSumIsRemovedByResume) {
-  const std::string out = tmp_.Join("p");
+// Packs `model` into `out` in link mode and stops after k3.sum landed, before the journal was
+// removed (the last step; the failing unlink stands in for a kill there).
+void PackLeavingTheJournal(const std::string& model, const std::string& out) {
   const std::string journal = JoinPath(out, std::string(kPackJournalFile));
   FaultEnv env;
   env.SetRule(journal, FaultRule::RemoveFails());
-  ASSERT_FALSE(RunPack(&env, Opts(Model(), out)).ok());
+  ASSERT_FALSE(RunPack(&env, Opts(model, out)).ok());
   ASSERT_TRUE(D()->Exists(JoinPath(out, std::string(kSumFile))));
   ASSERT_TRUE(D()->Exists(journal));
+}
+
+// Without --resume the leftover journal is refused naming it; --resume checks the directory,
+// removes the journal and re-reads nothing.
+TEST_F(PackTiny, JournalLeftAfterTheSumIsRemovedByResume) {
+  const std::string out = tmp_.Join("p");
+  const std::string journal = JoinPath(out, std::string(kPackJournalFile));
+  ASSERT_NO_FATAL_FAILURE(PackLeavingTheJournal(Model(), out));
 
   Result<PackResult> plain = RunPack(D(), Opts(Model(), out));
   ASSERT_FALSE(plain.ok());
@@ -536,9 +541,7 @@ TEST_F(PackTiny, JournalLeftAfterTheSumIsRemovedByResume) {
 TEST_F(PackTiny, JournalLeftAfterTheSumOfAnotherPlanIsRefused) {
   const std::string out = tmp_.Join("p");
   const std::string journal = JoinPath(out, std::string(kPackJournalFile));
-  FaultEnv env;
-  env.SetRule(journal, FaultRule::RemoveFails());
-  ASSERT_FALSE(RunPack(&env, Opts(Model(), out)).ok());
+  ASSERT_NO_FATAL_FAILURE(PackLeavingTheJournal(Model(), out));
   PackOptions copy = Opts(Model(), out, ExpertsMode::kCopy);
   copy.resume = true;
   Result<PackResult> r = RunPack(D(), copy);

@@ -30,6 +30,16 @@ bool Has(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
+// The decoded experts.idx of a prepared directory (the test fails when it does not decode).
+prep::ExpertsIndex DecodedIndex(const std::string& dir) {
+  Result<std::string> bytes = ReadFileToString(Env::Default(), dir + "/experts.idx");
+  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+  Result<prep::ExpertsIndex> idx =
+      prep::DecodeExpertsIndex(bytes.ok() ? *bytes : std::string(), "experts.idx");
+  EXPECT_TRUE(idx.ok()) << idx.status().ToString();
+  return idx.ok() ? *idx : prep::ExpertsIndex();
+}
+
 // A private copy of the prepared directory a test may damage.
 std::string CopyPrepared(const test::TempDir& tmp) {
   const std::string dst = tmp.Join("prep");
@@ -198,14 +208,12 @@ TEST(K3runCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
   const std::string dir = CopyPrepared(tmp);
   // Damage one byte of every expert of layer 1 (copy mode: experts/layer-001.bin), so whichever
   // experts routing picks fail their XXH3-64.
-  Result<std::string> idx_bytes = ReadFileToString(Env::Default(), dir + "/experts.idx");
-  ASSERT_TRUE(idx_bytes.ok());
-  Result<prep::ExpertsIndex> idx = prep::DecodeExpertsIndex(*idx_bytes, "experts.idx");
-  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  const prep::ExpertsIndex idx = DecodedIndex(dir);
+  ASSERT_GT(idx.n_experts, 0u);
   std::fstream f;
-  for (uint32_t e = 0; e < idx->n_experts; ++e) {
-    const prep::ExpertRecord& rec = idx->At(1, e);
-    const std::string path = dir + "/" + idx->files[rec.file_id];
+  for (uint32_t e = 0; e < idx.n_experts; ++e) {
+    const prep::ExpertRecord& rec = idx.At(1, e);
+    const std::string path = dir + "/" + idx.files[rec.file_id];
     f.open(path, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << path;
     f.seekg(static_cast<std::streamoff>(rec.offset + 10));
@@ -237,14 +245,13 @@ TEST(K3runCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
 TEST(K3runCli, ExpertsIndexPermutedWithinALayerIsUntrustedExit2) {
   test::TempDir tmp;
   const std::string dir = CopyPrepared(tmp);
-  Result<std::string> idx_bytes = ReadFileToString(Env::Default(), dir + "/experts.idx");
-  ASSERT_TRUE(idx_bytes.ok());
-  Result<prep::ExpertsIndex> idx = prep::DecodeExpertsIndex(*idx_bytes, "experts.idx");
-  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
-  std::swap(idx->records[idx->RecordIndex(1, 0)], idx->records[idx->RecordIndex(1, 1)]);
-  const std::string permuted = prep::EncodeExpertsIndex(*idx);
-  ASSERT_EQ(permuted.size(), idx_bytes->size());
-  ASSERT_NE(permuted, *idx_bytes);
+  prep::ExpertsIndex idx = DecodedIndex(dir);
+  ASSERT_GT(idx.n_experts, 1u);
+  const std::string original = prep::EncodeExpertsIndex(idx);
+  std::swap(idx.records[idx.RecordIndex(1, 0)], idx.records[idx.RecordIndex(1, 1)]);
+  const std::string permuted = prep::EncodeExpertsIndex(idx);
+  ASSERT_EQ(permuted.size(), original.size());
+  ASSERT_NE(permuted, original);
   std::ofstream(dir + "/experts.idx", std::ios::binary | std::ios::trunc) << permuted;
 
   const CliRun r = RunCliArgs({dir, "--ids", kPromptText, "--gen", "2"});

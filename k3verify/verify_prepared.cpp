@@ -58,52 +58,15 @@ std::set<std::string> CheckFiles(Env* env, const std::string& dir, const Manifes
 }
 
 // Step 3a: experts.idx hashed before it is interpreted, then decoded and validated with the
-// format's own rules (the same calls OpenPrepared makes).
+// format's own rules (ReadExpertsIndex, the call OpenPrepared makes).
 std::optional<ExpertsIndex> CheckExpertsIndex(Env* env, const std::string& dir, const Manifest& m,
                                               PreparedReport* r) {
-  const std::string path = JoinPath(dir, std::string(prep::kExpertsIndexFile));
-  const prep::FileEntry* entry = m.FindFile(prep::kExpertsIndexFile);
-  const prep::Region* region = m.FindRegion(prep::kExpertsIndexFile);
-  auto bytes = ReadFileToString(env, path, entry->size);
-  if (!bytes.ok()) {
-    r->problems.push_back(bytes.status());
-    return std::nullopt;
-  }
-  const Hash128 got = Xxh3_128(bytes->data(), bytes->size());
-  if (region != nullptr && got != region->xxh3_128) {
-    r->problems.push_back(Status::Integrity(
-        path + ": experts.idx altered: its XXH3-128 is " + got.Hex() + ", k3.json records " +
-        region->xxh3_128.Hex() + " (no expert was checked; re-run k3prep pack)"));
-    return std::nullopt;
-  }
-  auto idx = prep::DecodeExpertsIndex(*bytes, path);
+  Result<ExpertsIndex> idx = prep::ReadExpertsIndex(env, dir, m);
   if (!idx.ok()) {
-    r->problems.push_back(idx.status());
-    return std::nullopt;
-  }
-  if (idx->files.size() != m.expert_files.size()) {
-    r->problems.push_back(Status::Invalid(path + ": path table lists " +
-                                          std::to_string(idx->files.size()) +
-                                          " files, k3.json expert_files " +
-                                          std::to_string(m.expert_files.size())));
-    return std::nullopt;
-  }
-  prep::ExpertsIndexCheck check;
-  check.config = &m.config;
-  check.require_aligned = m.experts_mode == prep::ExpertsMode::kCopy;
-  for (size_t i = 0; i < m.expert_files.size(); ++i) {
-    if (idx->files[i] != m.expert_files[i].path) {
-      r->problems.push_back(Status::Invalid(
-          path + ": path table entry " + std::to_string(i) + " \"" + idx->files[i] +
-          "\" differs from k3.json expert_files[" + std::to_string(i) + "] \"" +
-          m.expert_files[i].path + "\""));
-      return std::nullopt;
-    }
-    check.file_sizes.push_back(m.expert_files[i].size);
-  }
-  Status valid = prep::ValidateExpertsIndex(*idx, check, path);
-  if (!valid.ok()) {
-    r->problems.push_back(valid);
+    r->problems.push_back(idx.status().code() == Code::kIntegrity
+                              ? Status::Integrity(idx.status().message() +
+                                                  " (no expert was checked; re-run k3prep pack)")
+                              : idx.status());
     return std::nullopt;
   }
   return std::move(idx).value();

@@ -42,6 +42,15 @@ class PreparedDirTest : public ::testing::Test {
  protected:
   void SetUp() override { m_ = test::BuildPrepared(dir_.path(), ExpertsMode::kCopy); }
   std::string P(const std::string& name) const { return dir_.Join(name); }
+  // Writes experts.idx as `bytes` and records their hash in k3.json (and k3.sum), so the
+  // decoder behind the hash check sees them, as after a hostile or buggy pack.
+  void WriteIndexRehashed(const std::string& bytes) {
+    WriteBytes(P("experts.idx"), bytes);
+    for (Region& r : m_.regions) {
+      if (r.name == "experts.idx") r.xxh3_128 = Xxh3_128(bytes.data(), bytes.size());
+    }
+    ASSERT_TRUE(WriteManifestAndSum(Env::Default(), dir_.path(), m_).ok());
+  }
   test::TempDir dir_;
   Manifest m_;
 };
@@ -118,10 +127,19 @@ TEST_F(PreparedDirTest, MissingResidentIsNamed) {
   EXPECT_NE(s.message().find("resident.bin"), std::string::npos) << s.ToString();
 }
 
-TEST_F(PreparedDirTest, ExpertsIdxBadMagicIsNamed) {
+// experts.idx is hashed before it is decoded: any change is "altered", whatever it breaks.
+TEST_F(PreparedDirTest, ExpertsIdxAlteredIsAnIntegrityFailureBeforeDecoding) {
   std::string idx = ReadBytes(P("experts.idx"));
   idx[0] = 'X';
   WriteBytes(P("experts.idx"), idx);
+  ExpectError(OpenStatus(dir_.path()), Code::kIntegrity,
+              {P("experts.idx"), "experts.idx altered", "k3.json records"});
+}
+
+TEST_F(PreparedDirTest, ExpertsIdxBadMagicIsNamed) {
+  std::string idx = ReadBytes(P("experts.idx"));
+  idx[0] = 'X';
+  ASSERT_NO_FATAL_FAILURE(WriteIndexRehashed(idx));
   ExpectError(OpenStatus(dir_.path()), Code::kInvalid, {P("experts.idx"), "magic"});
 }
 
@@ -129,7 +147,7 @@ TEST_F(PreparedDirTest, ExpertsIdxPathTableMustMatchManifest) {
   std::string idx = ReadBytes(P("experts.idx"));
   const size_t at = idx.find("layer-002");
   idx[at + 8] = '9';  // experts/layer-009.bin
-  WriteBytes(P("experts.idx"), idx);
+  ASSERT_NO_FATAL_FAILURE(WriteIndexRehashed(idx));
   ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
               {"experts/layer-009.bin", "differs from k3.json expert_files[1]"});
 }

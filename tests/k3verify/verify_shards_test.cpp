@@ -1,5 +1,7 @@
 #include "k3verify/verify_shards.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -135,6 +137,15 @@ TEST_F(VerifyShardsTest, EveryStructurallyBadShardIsNamed) {
   EXPECT_FALSE(r.shards[1].problems.empty());
   EXPECT_THAT(r.shards[0].problems[0].message(), HasSubstr("model-00001-of-000002.safetensors"));
   EXPECT_THAT(r.shards[1].problems[0].message(), HasSubstr("model-00002-of-000002.safetensors"));
+}
+
+// A FIFO named like a shard blocked the audit forever in open(2); it is a problem naming it.
+TEST_F(VerifyShardsTest, FifoNamedLikeAShardIsRefusedNotWaitedOn) {
+  std::filesystem::remove(Shard(2));
+  ASSERT_EQ(::mkfifo(Shard(2).c_str(), 0644), 0);
+  const Status v = Run().Verdict();
+  EXPECT_EQ(v.code(), Code::kInvalid);
+  EXPECT_THAT(v.message(), HasSubstr(Shard(2) + ": is a FIFO (named pipe), expected a regular file"));
 }
 
 TEST_F(VerifyShardsTest, SizeMismatchWithManifestIsIntegrityFailure) {

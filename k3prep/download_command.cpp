@@ -49,28 +49,28 @@ class DownloadApp : public CLI::App {
         ->allow_extra_args(false);
     add_option("--jobs", opts.jobs, "files downloaded in parallel")
         ->default_val(4)
-        ->check(CLI::Range(1, 64));
+        ->check(InRange(1, 64));
     add_option("--connections-per-file", connections_,
                "ranged connections per file (only 1 is implemented)")
         ->default_val(1)
-        ->check(CLI::Range(1, 1));
+        ->check(InRange(1, 1));
     add_option("--token-file", token_file_, "file holding the Hub token (else HF_TOKEN, "
                                             "HF_TOKEN_PATH, $HF_HOME/token)");
     add_option("--stall-bytes-per-s", opts.stall_bytes_per_s,
                "a transfer slower than this for --stall-seconds is a stall: retried")
         ->default_val(65536)
-        ->check(CLI::PositiveNumber);
+        ->check(AtLeast(1));
     add_option("--stall-seconds", opts.stall_seconds, "see --stall-bytes-per-s")
         ->default_val(60)
-        ->check(CLI::PositiveNumber);
+        ->check(InRange(1, 86400));
     add_option("--retry-max", opts.retry_max,
                "attempts in a row without new bytes before a file is given up")
         ->default_val(5)
-        ->check(CLI::Range(0, 1000));
+        ->check(InRange(0, 1000));
     add_option("--backoff-base-ms", opts.backoff_base_ms,
                "first retry wait; doubles per retry, capped at 8 s, jittered")
         ->default_val(1000)
-        ->check(CLI::Range(0, 8000));
+        ->check(InRange(0, 8000));
     AddOutputFlags(this, &own_out_);
   }
 

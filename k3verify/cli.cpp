@@ -56,7 +56,7 @@ int Main(int argc, char** argv) {
   cmd->add_option("--manifest", shards.manifest,
                   "download manifest (default: MODEL_DIR/k3-download.json when present)");
   cmd->add_option("--jobs", shards.jobs, "files hashed at once (default: number of cores)")
-      ->check(CLI::Range(1, 256));
+      ->check(InRange(1, 256));
 
   PreparedOptions prepared;
   CLI::App* pcmd = app.add_subcommand(
@@ -71,7 +71,7 @@ int Main(int argc, char** argv) {
   pcmd->add_option("--model-dir", prepared.model_dir,
                    "link mode: where the source shards are now (default: k3.json's model_dir)");
   pcmd->add_option("--jobs", prepared.jobs, "files read at once (default: number of cores)")
-      ->check(CLI::Range(1, 256));
+      ->check(InRange(1, 256));
 
   TensorsOptions tensors;
   CLI::App* tcmd = app.add_subcommand(
@@ -88,7 +88,7 @@ int Main(int argc, char** argv) {
   tcmd->add_option("--model-dir", tensors.model_dir,
                    "prepared link mode: where the source shards are now");
   tcmd->add_option("--jobs", tensors.jobs, "tensors read at once (default: number of cores)")
-      ->check(CLI::Range(1, 256));
+      ->check(InRange(1, 256));
 
   return RunCli(app, argc, argv, [&]() -> Status {
     shards.progress = out.progress;

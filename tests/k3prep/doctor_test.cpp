@@ -28,6 +28,7 @@ namespace k3::prep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using test::FaultEnv;
 using test::FaultRule;
@@ -502,6 +503,38 @@ TEST(DoctorCli, BadFlagIsUsageError) {
   ProcResult r = RunK3prep("doctor --probe-mb 0");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--probe-mb"));
+}
+
+// Every k3prep subcommand's numeric flags: NaN/inf refused, bounds printed as written (CLI11's
+// own messages said "0.000000 to 1797693134862315708145..." and let NaN through).
+TEST(K3prepCli, NumericFlagsRefuseNonFiniteAndOutOfRangeValuesReadably) {
+  TempDir tmp;
+  const std::string d = tmp.path();
+  struct Case {
+    std::string args;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"doctor " + d + " --no-probe --probe-seconds nan",
+            "--probe-seconds: nan is not a finite number: allowed 0 to 3600"},
+           {"doctor " + d + " --no-probe --probe-mb 0",
+            "--probe-mb: 0 is out of range: allowed 1 to 1048576"},
+           {"pack " + d + " --out " + d + "/p --jobs 0", "--jobs: 0 is out of range: allowed 1 to 256"},
+           {"pack " + d + " --out " + d + "/p --jobs 100000",
+            "--jobs: 100000 is out of range: allowed 1 to 256"},
+           {"synth --out " + d + "/s --shards 0", "--shards: 0 is out of range: allowed 1 or more"},
+           {"download org/model --dest " + d + " --jobs 65",
+            "--jobs: 65 is out of range: allowed 1 to 64"},
+           {"download org/model --dest " + d + " --stall-seconds 0",
+            "--stall-seconds: 0 is out of range: allowed 1 to 86400"},
+           {"download org/model --dest " + d + " --stall-bytes-per-s 0",
+            "--stall-bytes-per-s: 0 is out of range: allowed 1 or more"}}) {
+    ProcResult r = RunK3prep(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(c.says)) << c.args;
+    EXPECT_THAT(r.out, Not(HasSubstr("0.000000"))) << c.args;
+    EXPECT_THAT(r.out, Not(HasSubstr("1797"))) << c.args;
+  }
 }
 
 }  // namespace

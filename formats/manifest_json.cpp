@@ -40,6 +40,10 @@ Result<json> ParseStrict(std::string_view text, const std::string& source) {
   } catch (const json::parse_error& e) {
     return Status::Invalid(source + ": malformed JSON at byte offset " + std::to_string(e.byte) +
                            " (" + e.what() + "); the file is damaged or not JSON");
+  } catch (const json::exception& e) {
+    // out_of_range 406: a number beyond a double's range ("1e999"); it has no byte offset.
+    return Status::Invalid(source + ": malformed JSON (" + std::string(e.what()) +
+                           "); the file is damaged or not JSON");
   }
   if (!duplicate.empty()) {
     return Status::Invalid(source + ": duplicate key \"" + duplicate + "\" in an object at depth " +

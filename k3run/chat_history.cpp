@@ -54,6 +54,9 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
     return Status::Invalid(at + "invalid JSON at byte offset " +
                            std::to_string(line_offset + (e.byte > 0 ? e.byte - 1 : 0)) + ": " +
                            e.what() + kFix);
+  } catch (const json::exception& e) {
+    // out_of_range 406: a number beyond a double's range ("4e04471183"); no byte offset.
+    return Status::Invalid(at + "invalid JSON: " + e.what() + kFix);
   }
   if (!duplicate.empty()) {
     return Status::Invalid(at + "duplicate key \"" + duplicate + "\"" + kFix);

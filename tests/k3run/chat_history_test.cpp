@@ -56,6 +56,13 @@ TEST(ChatHistory, RawControlByteIsRejectedWithOffset) {
                       "raw control byte 0x09 at byte offset 59 (column 28)");
 }
 
+// nlohmann throws out_of_range (not parse_error) for a number beyond a double; it escaped the
+// reader as an internal error (found by chat_history_fuzz).
+TEST(ChatHistory, NumberBeyondADoubleIsInvalidNotAnEscapingException) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a","n":1e999})", "invalid JSON: ");
+  ExpectLine2Rejected("4e04471183", "invalid JSON: ");
+}
+
 TEST(ChatHistory, BadEscapeIsRejected) {
   ExpectLine2Rejected(R"({"role":"user","content":"a\qb"})", "invalid JSON at byte offset");
 }

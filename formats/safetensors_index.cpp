@@ -55,6 +55,9 @@ namespace {
 
 constexpr std::string_view kShardSuffix = ".safetensors";
 constexpr char kIndexFileName[] = "model.safetensors.index.json";
+// The released index is 60 MB (1.56 TB in 96 shards, ~290k tensor names); nlohmann holds a
+// parsed document at several times its text, so a larger file is refused before it is read.
+constexpr uint64_t kMaxIndexFileBytes = uint64_t{256} << 20;
 
 bool IsShardName(const std::string& name) {
   return name.size() > kShardSuffix.size() && name.ends_with(kShardSuffix);
@@ -157,7 +160,7 @@ Status CheckIndexFile(Env* env, const std::string& dir, const ShardList& shards,
                       const NameTable& by_name, const Locations& locations) {
   const std::string path = JoinPath(dir, kIndexFileName);
   if (!env->Exists(path)) return Status::Ok();
-  K3_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(env, path));
+  K3_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(env, path, kMaxIndexFileBytes));
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);

@@ -162,6 +162,15 @@ TEST_F(SafetensorsIndexTest, ConsistentIndexFileIsAccepted) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
+// Over 4x the released index's 60 MB is refused before it is read (a sparse file here).
+TEST_F(SafetensorsIndexTest, IndexFileOverTheSizeBoundIsRefusedUnread) {
+  WriteTwoShards();
+  WriteIndex(ConsistentIndex());
+  std::filesystem::resize_file(dir_.Join("model.safetensors.index.json"), (uint64_t{256} << 20) + 1);
+  ExpectInvalid(Open(), {"model.safetensors.index.json", "268435457 bytes",
+                         "more than the limit of 268435456"});
+}
+
 TEST_F(SafetensorsIndexTest, IndexEntryMissingFromItsShard) {
   WriteTwoShards();
   nlohmann::json doc = ConsistentIndex();

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <utility>
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 // Record field offsets (bytes from the record start).
@@ -338,4 +338,4 @@ Status ValidateExpertsIndex(const ExpertsIndex& idx, const ExpertsIndexCheck& ch
   return Status::Ok();
 }
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -28,7 +28,7 @@
 #include "formats/config.h"
 #include "formats/prepared_layout.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 
 inline constexpr std::array<char, 4> kExpertsIndexMagic = {'K', '3', 'E', 'I'};
 inline constexpr uint32_t kExpertsIndexVersion = 1;
@@ -97,4 +97,4 @@ struct ExpertsIndexCheck {
 Status ValidateExpertsIndex(const ExpertsIndex& index, const ExpertsIndexCheck& check,
                             const std::string& source);
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

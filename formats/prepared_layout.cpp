@@ -6,7 +6,7 @@
 
 #include "common/env.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 using Shape = std::vector<uint64_t>;
@@ -365,4 +365,4 @@ ExpertPlan PlanCopyExperts(const ModelConfig& c, const std::vector<std::string>&
   return plan;
 }
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -28,7 +28,7 @@ namespace k3::st {
 class CheckpointIndex;
 }
 
-namespace k3::prep {
+namespace k3::prepared {
 
 // --- Alignment, each with its reason -------------------------------------------------------
 // Trunk runs start and end on 4096: a run is read whole with O_DIRECT, whose offset/length
@@ -189,4 +189,4 @@ inline uint64_t ExpertRecordIndex(const ModelConfig& c, int layer, int expert) {
 
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

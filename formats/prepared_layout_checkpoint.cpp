@@ -5,7 +5,7 @@
 #include "formats/prepared_layout.h"
 #include "formats/safetensors.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 
 std::vector<TensorSpec> TensorsOf(const st::CheckpointIndex& index) {
   std::vector<TensorSpec> out;
@@ -54,4 +54,4 @@ std::vector<MissingTensors> FindMissingTensors(const ModelConfig& c,
   return out;
 }
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -7,7 +7,7 @@
 
 #include "formats/manifest_json.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 using nlohmann::json;
@@ -523,4 +523,4 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   return m;
 }
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -37,7 +37,7 @@
 #include "formats/experts_index.h"
 #include "formats/prepared_layout.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 
 inline constexpr std::string_view kManifestFormat = "k3-prepared";
 inline constexpr uint64_t kManifestVersion = 1;
@@ -130,4 +130,4 @@ Result<PreparedDir> OpenPrepared(Env* env, const std::string& dir, const OpenOpt
 std::string ResolveExpertPath(const Manifest& m, const std::string& prepared_dir,
                               const std::string& path, const std::string& model_dir = "");
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -3,7 +3,7 @@
 
 #include "formats/prepared_manifest.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 constexpr std::string_view kSumPrefix = "xxh3-128 ";
@@ -146,4 +146,4 @@ Result<PreparedDir> OpenPrepared(Env* env, const std::string& dir, const OpenOpt
   return out;
 }
 
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -10,10 +10,10 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/progress.h"
-#include "k3prep/doctor_command.h"
-#include "k3prep/download_command.h"
-#include "k3prep/pack_command.h"
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/doctor/command.h"
+#include "k3prep/download/command.h"
+#include "k3prep/pack/command.h"
+#include "k3prep/synth/checkpoint.h"
 
 namespace k3::prep {
 namespace {

@@ -37,7 +37,7 @@ bool ParseIndex(const std::string& s, size_t* pos, int* out) {
 
 // "language_model.model.layers.<L>.block_sparse_moe.experts.<e>.<rest>".
 bool ParseExpertName(const std::string& name, int* layer, int* expert, std::string* rest) {
-  const std::string head = std::string(prep::kModelPrefix) + "layers.";
+  const std::string head = std::string(prepared::kModelPrefix) + "layers.";
   const std::string mid = ".block_sparse_moe.experts.";
   if (name.compare(0, head.size(), head) != 0) return false;
   size_t p = head.size();
@@ -77,11 +77,11 @@ Result<TensorDir> TensorDir::Open(Env* env, const std::string& dir, const std::s
     return Status::Invalid(dir + ": not a directory (give a checkpoint or a prepared directory)");
   }
   TensorDir out;
-  if (env->Exists(JoinPath(dir, std::string(prep::kSumFile))) ||
-      env->Exists(JoinPath(dir, std::string(prep::kManifestFile)))) {
-    prep::OpenOptions o;
+  if (env->Exists(JoinPath(dir, std::string(prepared::kSumFile))) ||
+      env->Exists(JoinPath(dir, std::string(prepared::kManifestFile)))) {
+    prepared::OpenOptions o;
     o.model_dir = model_dir;
-    K3_ASSIGN_OR_RETURN(out.prepared_, prep::OpenPrepared(env, dir, o));
+    K3_ASSIGN_OR_RETURN(out.prepared_, prepared::OpenPrepared(env, dir, o));
   } else {
     K3_ASSIGN_OR_RETURN(out.checkpoint_, st::CheckpointIndex::Open(env, dir));
   }
@@ -89,13 +89,13 @@ Result<TensorDir> TensorDir::Open(Env* env, const std::string& dir, const std::s
 }
 
 std::optional<TensorRef> TensorDir::ExpertRef(int layer, int expert, int sub, bool mxfp4) const {
-  const prep::PreparedDir& p = *prepared_;
-  const prep::ExpertsIndex& idx = p.experts;
+  const prepared::PreparedDir& p = *prepared_;
+  const prepared::ExpertsIndex& idx = p.experts;
   if (layer < static_cast<int>(idx.first_moe_layer) || layer >= static_cast<int>(idx.n_layers) ||
       expert < 0 || expert >= static_cast<int>(idx.n_experts)) {
     return std::nullopt;
   }
-  const prep::ExpertRecord& rec =
+  const prepared::ExpertRecord& rec =
       idx.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert));
   const std::string& path = p.expert_paths[rec.file_id];
   TensorRef ref;
@@ -103,34 +103,34 @@ std::optional<TensorRef> TensorDir::ExpertRef(int layer, int expert, int sub, bo
     const auto si = static_cast<size_t>(s);
     return TensorPiece{path, rec.offset + rec.sub_offset[si], rec.sub_size[si]};
   };
-  const std::string full = prep::ExpertTensorName(layer, expert, sub);
+  const std::string full = prepared::ExpertTensorName(layer, expert, sub);
   if (mxfp4) {
     ref.name = full.substr(0, full.size() - fixture::kPackedSuffix.size());
     ref.mxfp4 = true;
-    const std::vector<uint64_t> packed = prep::ExpertSubShape(p.manifest.config, sub);
+    const std::vector<uint64_t> packed = prepared::ExpertSubShape(p.manifest.config, sub);
     ref.shape = {packed[0], packed[1] * 2};
     ref.pieces = {piece(sub), piece(sub + 1)};
   } else {
     ref.name = full;
     ref.dtype = DType::kU8;
-    ref.shape = prep::ExpertSubShape(p.manifest.config, sub);
+    ref.shape = prepared::ExpertSubShape(p.manifest.config, sub);
     ref.pieces = {piece(sub)};
   }
   return ref;
 }
 
 std::optional<TensorRef> TensorDir::FindPreparedRaw(const std::string& name) const {
-  const prep::Manifest& m = prepared_->manifest;
-  const prep::Region* r = m.FindRegion(name);
-  if (r != nullptr && (r->file == prep::kTrunkFile || r->file == prep::kResidentFile)) {
+  const prepared::Manifest& m = prepared_->manifest;
+  const prepared::Region* r = m.FindRegion(name);
+  if (r != nullptr && (r->file == prepared::kTrunkFile || r->file == prepared::kResidentFile)) {
     return TensorRef{name, false, r->dtype, r->shape,
                      {TensorPiece{JoinPath(prepared_->dir, r->file), r->offset, r->length}}};
   }
   int layer = 0, expert = 0;
   std::string rest;
   if (!ParseExpertName(name, &layer, &expert, &rest)) return std::nullopt;
-  for (int s = 0; s < prep::kExpertSubCount; ++s) {
-    if (rest == prep::kExpertSubNames[static_cast<size_t>(s)]) return ExpertRef(layer, expert, s, false);
+  for (int s = 0; s < prepared::kExpertSubCount; ++s) {
+    if (rest == prepared::kExpertSubNames[static_cast<size_t>(s)]) return ExpertRef(layer, expert, s, false);
   }
   return std::nullopt;
 }
@@ -173,8 +173,8 @@ Result<std::optional<TensorRef>> TensorDir::Find(const std::string& name, bool m
   int layer = 0, expert = 0;
   std::string rest;
   if (!ParseExpertName(name, &layer, &expert, &rest)) return std::optional<TensorRef>();
-  for (int s = 0; s < prep::kExpertSubCount; s += 2) {
-    const std::string_view packed = prep::kExpertSubNames[static_cast<size_t>(s)];
+  for (int s = 0; s < prepared::kExpertSubCount; s += 2) {
+    const std::string_view packed = prepared::kExpertSubNames[static_cast<size_t>(s)];
     if (rest + std::string(fixture::kPackedSuffix) == packed) return ExpertRef(layer, expert, s, true);
   }
   return std::optional<TensorRef>();
@@ -184,14 +184,14 @@ std::vector<TensorRef> TensorDir::All(uint64_t* skipped) const {
   std::vector<TensorRef> out;
   *skipped = 0;
   if (prepared_) {
-    for (const prep::Region& r : prepared_->manifest.regions) {
-      if (r.file != prep::kTrunkFile && r.file != prep::kResidentFile) continue;
+    for (const prepared::Region& r : prepared_->manifest.regions) {
+      if (r.file != prepared::kTrunkFile && r.file != prepared::kResidentFile) continue;
       out.push_back(*FindPreparedRaw(r.name));
     }
-    const prep::ExpertsIndex& idx = prepared_->experts;
+    const prepared::ExpertsIndex& idx = prepared_->experts;
     for (uint32_t layer = idx.first_moe_layer; layer < idx.n_layers; ++layer) {
       for (uint32_t e = 0; e < idx.n_experts; ++e) {
-        for (int s = 0; s < prep::kExpertSubCount; s += 2) {
+        for (int s = 0; s < prepared::kExpertSubCount; s += 2) {
           out.push_back(*ExpertRef(static_cast<int>(layer), static_cast<int>(e), s, true));
         }
       }

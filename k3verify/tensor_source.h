@@ -66,7 +66,7 @@ class TensorDir {
   Result<std::optional<TensorRef>> CheckpointPair(const std::string& name) const;
 
   std::optional<st::CheckpointIndex> checkpoint_;
-  std::optional<prep::PreparedDir> prepared_;
+  std::optional<prepared::PreparedDir> prepared_;
 };
 
 // Open files for ReadTensor, one cache per thread.

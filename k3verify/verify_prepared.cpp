@@ -19,8 +19,8 @@
 namespace k3::verify {
 namespace {
 
-using prep::ExpertsIndex;
-using prep::Manifest;
+using prepared::ExpertsIndex;
+using prepared::Manifest;
 
 std::string ShapeString(const std::vector<uint64_t>& shape) {
   std::string s = "[";
@@ -32,7 +32,7 @@ std::string ShapeString(const std::vector<uint64_t>& shape) {
 std::set<std::string> CheckFiles(Env* env, const std::string& dir, const Manifest& m,
                                  PreparedReport* r) {
   std::set<std::string> bad;
-  for (const prep::FileEntry& f : m.files) {
+  for (const prepared::FileEntry& f : m.files) {
     ++r->files;
     const std::string path = JoinPath(dir, f.path);
     if (!env->Exists(path)) {
@@ -61,7 +61,7 @@ std::set<std::string> CheckFiles(Env* env, const std::string& dir, const Manifes
 // format's own rules (ReadExpertsIndex, the call OpenPrepared makes).
 std::optional<ExpertsIndex> CheckExpertsIndex(Env* env, const std::string& dir, const Manifest& m,
                                               PreparedReport* r) {
-  Result<ExpertsIndex> idx = prep::ReadExpertsIndex(env, dir, m);
+  Result<ExpertsIndex> idx = prepared::ReadExpertsIndex(env, dir, m);
   if (!idx.ok()) {
     r->problems.push_back(idx.status().code() == Code::kIntegrity
                               ? Status::Integrity(idx.status().message() +
@@ -77,10 +77,10 @@ std::optional<ExpertsIndex> CheckExpertsIndex(Env* env, const std::string& dir, 
 std::vector<std::string> CheckExpertFiles(Env* env, const PreparedOptions& o, const Manifest& m,
                                           std::vector<bool>* ok, PreparedReport* r) {
   std::vector<std::string> paths;
-  const bool link = m.experts_mode == prep::ExpertsMode::kLink;
-  for (const prep::FileEntry& f : m.expert_files) {
+  const bool link = m.experts_mode == prepared::ExpertsMode::kLink;
+  for (const prepared::FileEntry& f : m.expert_files) {
     ++r->files;
-    std::string path = prep::ResolveExpertPath(m, o.dir, f.path, o.model_dir);
+    std::string path = prepared::ResolveExpertPath(m, o.dir, f.path, o.model_dir);
     bool good = false;
     if (!env->Exists(path)) {
       r->problems.push_back(Status::Invalid(
@@ -151,9 +151,9 @@ class ScanPlan {
 
 void PlanRegions(Env* env, const PreparedOptions& o, const Manifest& m, const std::set<std::string>& bad,
                  const st::CheckpointIndex* src, ScanPlan* plan, PreparedReport* r) {
-  for (const prep::Region& reg : m.regions) {
+  for (const prepared::Region& reg : m.regions) {
     // experts.idx was hashed in step 3; a bad-size file was reported in step 2.
-    if (reg.name == prep::kExpertsIndexFile || bad.count(reg.file)) continue;
+    if (reg.name == prepared::kExpertsIndexFile || bad.count(reg.file)) continue;
     ScanItem it;
     it.label = "region \"" + reg.name + "\"";
     it.offset = reg.offset;
@@ -164,7 +164,7 @@ void PlanRegions(Env* env, const PreparedOptions& o, const Manifest& m, const st
       it.want_from = "k3.json";
     }
     if (src != nullptr) {
-      const std::string tok_prefix = std::string(prep::kTokenizerDir) + "/";
+      const std::string tok_prefix = std::string(prepared::kTokenizerDir) + "/";
       if (reg.file.rfind(tok_prefix, 0) == 0) {
         const std::string name = reg.file.substr(tok_prefix.size());
         const std::string path = JoinPath(o.against, name);
@@ -190,7 +190,7 @@ void PlanExperts(const PreparedOptions& o, const Manifest& m, const ExpertsIndex
                  const std::vector<std::string>& paths, const std::vector<bool>& ok,
                  const st::CheckpointIndex* src, ScanPlan* plan, PreparedReport* r) {
   for (uint64_t k = 0; k < idx.records.size(); ++k) {
-    const prep::ExpertRecord& rec = idx.records[k];
+    const prepared::ExpertRecord& rec = idx.records[k];
     if (!ok[rec.file_id]) continue;
     const int layer = static_cast<int>(idx.first_moe_layer + k / idx.n_experts);
     const int expert = static_cast<int>(k % idx.n_experts);
@@ -204,10 +204,10 @@ void PlanExperts(const PreparedOptions& o, const Manifest& m, const ExpertsIndex
       it.want_from = "experts.idx";
     }
     if (src != nullptr) {
-      for (int s = 0; s < prep::kExpertSubCount; ++s) {
+      for (int s = 0; s < prepared::kExpertSubCount; ++s) {
         const auto si = static_cast<size_t>(s);
-        auto source = TensorSource(*src, prep::ExpertTensorName(layer, expert, s), DType::kU8,
-                                   prep::ExpertSubShape(m.config, s), rec.sub_size[si], it.label,
+        auto source = TensorSource(*src, prepared::ExpertTensorName(layer, expert, s), DType::kU8,
+                                   prepared::ExpertSubShape(m.config, s), rec.sub_size[si], it.label,
                                    &r->problems);
         if (!source) continue;
         source->item_offset = rec.sub_offset[si];
@@ -228,7 +228,7 @@ std::optional<st::CheckpointIndex> OpenSource(Env* env, const PreparedOptions& o
     r->problems.push_back(index.status().WithContext("--against " + o.against));
     return std::nullopt;
   }
-  for (const prep::SourceShard& s : m.source.shards) {
+  for (const prepared::SourceShard& s : m.source.shards) {
     const std::string path = JoinPath(o.against, s.name);
     auto size = env->FileSize(path);
     if (size.ok() && *size != s.size) {
@@ -264,24 +264,24 @@ Result<PreparedReport> VerifyPrepared(Env* env, const PreparedOptions& o) {
   r.against = o.against;
 
   // 1. Nothing below can be trusted without a manifest that matches its sum.
-  auto text = prep::ReadVerifiedManifestText(env, o.dir);
+  auto text = prepared::ReadVerifiedManifestText(env, o.dir);
   if (!text.ok()) {
     r.problems.push_back(text.status());
     return r;
   }
-  auto parsed = prep::ParseManifest(*text, JoinPath(o.dir, std::string(prep::kManifestFile)));
+  auto parsed = prepared::ParseManifest(*text, JoinPath(o.dir, std::string(prepared::kManifestFile)));
   if (!parsed.ok()) {
     r.problems.push_back(parsed.status());
     return r;
   }
   const Manifest& m = *parsed;
-  r.experts_mode = prep::ExpertsModeName(m.experts_mode);
+  r.experts_mode = prepared::ExpertsModeName(m.experts_mode);
   r.regions = m.regions.size();
 
   // 2–3.
   const std::set<std::string> bad = CheckFiles(env, o.dir, m, &r);
   std::optional<ExpertsIndex> idx;
-  if (!bad.count(std::string(prep::kExpertsIndexFile))) idx = CheckExpertsIndex(env, o.dir, m, &r);
+  if (!bad.count(std::string(prepared::kExpertsIndexFile))) idx = CheckExpertsIndex(env, o.dir, m, &r);
   std::vector<bool> expert_ok;
   const std::vector<std::string> expert_paths = CheckExpertFiles(env, o, m, &expert_ok, &r);
   if (idx) r.experts = idx->records.size();

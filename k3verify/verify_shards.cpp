@@ -110,16 +110,16 @@ void CompareWithManifest(Env* env, const std::string& dir, const dl::DownloadMan
 
 // One problem summarising what is missing, a line per incomplete layer (the first kShownUnits).
 Status MissingTensorsProblem(const std::string& dir,
-                             const std::vector<prep::MissingTensors>& missing) {
+                             const std::vector<prepared::MissingTensors>& missing) {
   constexpr size_t kShownUnits = 8;
   uint64_t total = 0;
-  for (const prep::MissingTensors& m : missing) total += m.missing;
+  for (const prepared::MissingTensors& m : missing) total += m.missing;
   std::string msg = dir + ": " + std::to_string(total) + " tensor(s) that config.json implies " +
                     "are in no shard, in " + std::to_string(missing.size()) +
                     " layer(s)/unit(s) (no " + kIndexFileName +
                     ", so the tensors were checked against config.json):";
   for (size_t i = 0; i < missing.size() && i < kShownUnits; ++i) {
-    const prep::MissingTensors& m = missing[i];
+    const prepared::MissingTensors& m = missing[i];
     msg += "\n    " + (m.layer < 0 ? std::string("model-level") : "layer " + std::to_string(m.layer)) +
            ": " + std::to_string(m.missing) + " of " + std::to_string(m.expected) +
            " tensors missing; first: " + m.first;
@@ -192,8 +192,8 @@ Result<ShardsReport> VerifyShards(Env* env, const ShardsOptions& options) {
     if (!config.ok()) {
       report.problems.push_back(config.status());
     } else if (index && !env->Exists(JoinPath(dir, kIndexFileName))) {
-      const std::vector<prep::MissingTensors> missing =
-          prep::FindMissingTensors(*config, prep::TensorsOf(*index));
+      const std::vector<prepared::MissingTensors> missing =
+          prepared::FindMissingTensors(*config, prepared::TensorsOf(*index));
       if (!missing.empty()) report.problems.push_back(MissingTensorsProblem(dir, missing));
     }
   }

@@ -23,10 +23,10 @@
 
 #include "common/env.h"
 #include "common/progress.h"
-#include "k3prep/synth_checkpoint.h"
-#include "k3prep/synth_pipeline.h"
-#include "k3prep/synth_presets.h"
-#include "k3prep/synth_weights.h"
+#include "k3prep/synth/checkpoint.h"
+#include "k3prep/synth/pipeline.h"
+#include "k3prep/synth/presets.h"
+#include "k3prep/synth/weights.h"
 
 namespace {
 

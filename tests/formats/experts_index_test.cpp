@@ -7,28 +7,28 @@
 
 #include "tests/formats/prepared_fixture.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 constexpr char kSource[] = "/p/experts.idx";
 
 // Tiny config: 3 MoE layers x 4 experts, two files, experts 4096-aligned.
-ExpertsIndex TinyIndex() {
+prepared::ExpertsIndex TinyIndex() {
   const ModelConfig c = test::TinyConfig();
-  ExpertsIndex idx;
+  prepared::ExpertsIndex idx;
   idx.n_layers = 4;
   idx.first_moe_layer = 1;
   idx.n_experts = 4;
   idx.files = {"experts/layer-001.bin", "/stripe/b/layer-001.bin"};
   for (uint32_t i = 0; i < 12; ++i) {
-    idx.records.push_back(MakeExpertRecord(i % 2, (i / 2) * 4096, ExpertSubSizes(c),
+    idx.records.push_back(prepared::MakeExpertRecord(i % 2, (i / 2) * 4096, prepared::ExpertSubSizes(c),
                                            0x1122334455667788ull + i));
   }
   return idx;
 }
 
-ExpertsIndexCheck TinyCheck(const ModelConfig& c) {
-  ExpertsIndexCheck check;
+prepared::ExpertsIndexCheck TinyCheck(const ModelConfig& c) {
+  prepared::ExpertsIndexCheck check;
   check.config = &c;
   check.file_sizes = {6 * 4096, 6 * 4096};
   check.require_aligned = true;
@@ -53,7 +53,7 @@ constexpr size_t kRecords = 128;
 size_t Rec(size_t i) { return kRecords + 128 * i; }
 
 Status DecodeError(const std::string& bytes) {
-  Result<ExpertsIndex> r = DecodeExpertsIndex(bytes, kSource);
+  Result<prepared::ExpertsIndex> r = prepared::DecodeExpertsIndex(bytes, kSource);
   return r.ok() ? Status::Ok() : r.status();
 }
 
@@ -66,7 +66,7 @@ void ExpectInvalid(const Status& s, std::initializer_list<const char*> parts) {
 }
 
 TEST(ExpertsIndex, BytesFollowTheDocumentedLayout) {
-  const std::string b = EncodeExpertsIndex(TinyIndex());
+  const std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   ASSERT_EQ(b.size(), kRecords + 12 * 128);
   EXPECT_EQ(b.substr(0, 4), "K3EI");
   EXPECT_EQ(U32At(b, 4), 1u);
@@ -98,8 +98,8 @@ TEST(ExpertsIndex, BytesFollowTheDocumentedLayout) {
 }
 
 TEST(ExpertsIndex, RoundTrip) {
-  const ExpertsIndex in = TinyIndex();
-  Result<ExpertsIndex> out = DecodeExpertsIndex(EncodeExpertsIndex(in), kSource);
+  const prepared::ExpertsIndex in = TinyIndex();
+  Result<prepared::ExpertsIndex> out = prepared::DecodeExpertsIndex(prepared::EncodeExpertsIndex(in), kSource);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->n_layers, 4u);
   EXPECT_EQ(out->first_moe_layer, 1u);
@@ -107,8 +107,8 @@ TEST(ExpertsIndex, RoundTrip) {
   EXPECT_EQ(out->files, in.files);
   ASSERT_EQ(out->records.size(), in.records.size());
   for (size_t i = 0; i < in.records.size(); ++i) {
-    const ExpertRecord& a = in.records[i];
-    const ExpertRecord& b = out->records[i];
+    const prepared::ExpertRecord& a = in.records[i];
+    const prepared::ExpertRecord& b = out->records[i];
     EXPECT_EQ(a.file_id, b.file_id);
     EXPECT_EQ(a.offset, b.offset);
     EXPECT_EQ(a.length, b.length);
@@ -118,108 +118,108 @@ TEST(ExpertsIndex, RoundTrip) {
   }
   EXPECT_EQ(&out->At(3, 2), &out->records[10]);  // (3 - 1) x 4 + 2
   const ModelConfig c = test::TinyConfig();
-  EXPECT_TRUE(ValidateExpertsIndex(*out, TinyCheck(c), kSource).ok());
+  EXPECT_TRUE(prepared::ValidateExpertsIndex(*out, TinyCheck(c), kSource).ok());
 }
 
 TEST(ExpertsIndex, AllDenseModelHasNoRecords) {
-  ExpertsIndex idx;
+  prepared::ExpertsIndex idx;
   idx.n_layers = 2;
   idx.first_moe_layer = 2;
   idx.n_experts = 8;
-  Result<ExpertsIndex> out = DecodeExpertsIndex(EncodeExpertsIndex(idx), kSource);
+  Result<prepared::ExpertsIndex> out = prepared::DecodeExpertsIndex(prepared::EncodeExpertsIndex(idx), kSource);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_TRUE(out->records.empty());
 }
 
 TEST(ExpertsIndex, TruncatedHeader) {
-  ExpectInvalid(DecodeError(EncodeExpertsIndex(TinyIndex()).substr(0, 20)),
+  ExpectInvalid(DecodeError(prepared::EncodeExpertsIndex(TinyIndex()).substr(0, 20)),
                 {kSource, "32-byte header"});
 }
 
 TEST(ExpertsIndex, BadMagic) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   b[3] = 'X';
   ExpectInvalid(DecodeError(b), {kSource, "byte offset 0", "magic"});
 }
 
 TEST(ExpertsIndex, BadVersion) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 4, 2);
   ExpectInvalid(DecodeError(b), {kSource, "byte offset 4", "version 2"});
 }
 
 TEST(ExpertsIndex, WrongRecordSize) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 24, 64);
   ExpectInvalid(DecodeError(b), {"byte offset 24", "record_size is 64", "must be 128"});
 }
 
 TEST(ExpertsIndex, NonzeroReservedHeaderField) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   b[30] = 1;
   ExpectInvalid(DecodeError(b), {"byte offset 28", "reserved"});
 }
 
 TEST(ExpertsIndex, FirstMoeLayerAboveNLayers) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 12, 5);
   ExpectInvalid(DecodeError(b), {"byte offset 12", "first_moe_layer 5", "n_layers 4"});
 }
 
 // Header counts are held to the config's bounds before the record count is even computed.
 TEST(ExpertsIndex, HeaderCountsAboveTheBoundsRefused) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 8, 1000000000);
   ExpectInvalid(DecodeError(b), {kSource, "byte offset 8", "n_layers 1000000000",
                                  "exceeds the bound 4096"});
-  b = EncodeExpertsIndex(TinyIndex());
+  b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 16, 65537);
   ExpectInvalid(DecodeError(b), {"byte offset 16", "n_experts 65537", "exceeds the bound 65536"});
-  b = EncodeExpertsIndex(TinyIndex());
+  b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 8, 4096);
   SetU32(b, 16, 65536);
   ExpectInvalid(DecodeError(b), {"byte offset 16", "exceeds the bound 4194304 routed experts"});
 }
 
 TEST(ExpertsIndex, RecordOffsetAboveTheBoundRefused) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU64(b, Rec(3) + 8, uint64_t{1} << 60);
   ExpectInvalid(DecodeError(b), {"record 3 (layer 1, expert 3)", "offset 1152921504606846976",
                                  "exceeds the bound 1125899906842624"});
 }
 
 TEST(ExpertsIndex, PathTableNotPadded) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   b[100] = 'x';
   ExpectInvalid(DecodeError(b), {"byte offset 100", "padding", "multiple of 64"});
 }
 
 TEST(ExpertsIndex, ZeroLengthPath) {
-  ExpertsIndex idx = TinyIndex();
+  prepared::ExpertsIndex idx = TinyIndex();
   idx.files[1] = "";
-  ExpectInvalid(DecodeError(EncodeExpertsIndex(idx)), {"byte offset 57", "path_len of file 1 is 0"});
+  ExpectInvalid(DecodeError(prepared::EncodeExpertsIndex(idx)), {"byte offset 57", "path_len of file 1 is 0"});
 }
 
 TEST(ExpertsIndex, PathLenAbove4096) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 32, 5000);
   ExpectInvalid(DecodeError(b), {"byte offset 32", "path_len of file 0 is 5000", "1..4096"});
 }
 
 TEST(ExpertsIndex, PathRunsPastEndOfFile) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 32, 4000);
   ExpectInvalid(DecodeError(b), {"byte offset 32", "runs past the end"});
 }
 
 TEST(ExpertsIndex, NFilesThatCannotFit) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, 20, 0xFFFFFFFFu);
   ExpectInvalid(DecodeError(b), {"byte offset 20", "n_files 4294967295"});
 }
 
 TEST(ExpertsIndex, RecordCountMismatch) {
-  const std::string b = EncodeExpertsIndex(TinyIndex());
+  const std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   ExpectInvalid(DecodeError(b.substr(0, b.size() - 128)),
                 {kSource, "record count mismatch", "hold 11 records", "= 12"});
   std::string more = b;
@@ -229,100 +229,100 @@ TEST(ExpertsIndex, RecordCountMismatch) {
 }
 
 TEST(ExpertsIndex, NonzeroRecordPadding) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   b[Rec(6) + 127] = 1;
   ExpectInvalid(DecodeError(b), {"byte offset 896", "record 6 (layer 2, expert 2)", "padding byte 127"});
 }
 
 TEST(ExpertsIndex, UnknownFlagBits) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, Rec(0) + 4, 0x10);
   ExpectInvalid(DecodeError(b), {"record 0 (layer 1, expert 0)", "flags 0x00000010", "unknown bits"});
 }
 
 TEST(ExpertsIndex, FileIdOutOfRange) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU32(b, Rec(3), 2);
   ExpectInvalid(DecodeError(b), {"byte offset 512", "record 3", "file_id 2", "n_files 2"});
 }
 
 TEST(ExpertsIndex, SubOffsetOverlap) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU64(b, Rec(1) + 24 + 8 * 2, 1000);  // w2.packed starts inside w1.packed
   ExpectInvalid(DecodeError(b), {"record 1", "w2.weight_packed", "sub_offset 1000", "overlaps",
                                  "must be 1088"});
 }
 
 TEST(ExpertsIndex, SubOffsetOutOfOrder) {
-  ExpertsIndex idx = TinyIndex();
+  prepared::ExpertsIndex idx = TinyIndex();
   // w1.scale placed after w2.packed: the canonical order is violated.
   std::swap(idx.records[4].sub_offset[1], idx.records[4].sub_offset[2]);
-  ExpectInvalid(DecodeError(EncodeExpertsIndex(idx)),
+  ExpectInvalid(DecodeError(prepared::EncodeExpertsIndex(idx)),
                 {"record 4 (layer 2, expert 0)", "w1.weight_scale", "gap", "canonical order"});
 }
 
 TEST(ExpertsIndex, LengthNotSumOfSubSizes) {
-  std::string b = EncodeExpertsIndex(TinyIndex());
+  std::string b = prepared::EncodeExpertsIndex(TinyIndex());
   SetU64(b, Rec(2) + 16, 4096);
   ExpectInvalid(DecodeError(b), {"record 2", "length 4096", "3264"});
 }
 
 TEST(ExpertsIndex, SubSizeNotMatchingConfig) {
-  ExpertsIndex idx = TinyIndex();
+  prepared::ExpertsIndex idx = TinyIndex();
   const ModelConfig c = test::TinyConfig();
   ModelConfig other = c;
   other.moe_inter = 96;  // a different model's experts
-  idx.records[9] = MakeExpertRecord(1, 4 * 4096, ExpertSubSizes(other), 0);
-  Result<ExpertsIndex> decoded = DecodeExpertsIndex(EncodeExpertsIndex(idx), kSource);
+  idx.records[9] = prepared::MakeExpertRecord(1, 4 * 4096, prepared::ExpertSubSizes(other), 0);
+  Result<prepared::ExpertsIndex> decoded = prepared::DecodeExpertsIndex(prepared::EncodeExpertsIndex(idx), kSource);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();  // structurally fine
-  ExpectInvalid(ValidateExpertsIndex(*decoded, TinyCheck(c), kSource),
+  ExpectInvalid(prepared::ValidateExpertsIndex(*decoded, TinyCheck(c), kSource),
                 {kSource, "record 9 (layer 3, expert 1)", "w1.weight_packed", "is 1536",
                  "implies 1024"});
 }
 
 TEST(ExpertsIndex, HeaderDisagreesWithConfig) {
-  ExpertsIndex idx = TinyIndex();
+  prepared::ExpertsIndex idx = TinyIndex();
   ModelConfig c = test::TinyConfig();
   c.n_layers = 5;
-  ExpectInvalid(ValidateExpertsIndex(idx, TinyCheck(c), kSource),
+  ExpectInvalid(prepared::ValidateExpertsIndex(idx, TinyCheck(c), kSource),
                 {"byte offset 8", "n_layers is 4", "config says 5"});
 }
 
 TEST(ExpertsIndex, ExpertOutsideFile) {
   const ModelConfig c = test::TinyConfig();
-  ExpertsIndexCheck check = TinyCheck(c);
+  prepared::ExpertsIndexCheck check = TinyCheck(c);
   check.file_sizes[1] = 5 * 4096 + 100;  // the last expert of file 1 no longer fits
-  ExpectInvalid(ValidateExpertsIndex(TinyIndex(), check, kSource),
+  ExpectInvalid(prepared::ValidateExpertsIndex(TinyIndex(), check, kSource),
                 {"record 11 (layer 3, expert 3)", "[20480, 23744)", "/stripe/b/layer-001.bin",
                  "of 20580 bytes"});
 }
 
 TEST(ExpertsIndex, ExpertsOverlap) {
-  ExpertsIndex idx = TinyIndex();
+  prepared::ExpertsIndex idx = TinyIndex();
   idx.records[8].offset = idx.records[6].offset + 64;  // same file (0), inside record 6
   idx.records[8].file_id = 0;
   const ModelConfig c = test::TinyConfig();
-  ExpertsIndexCheck check = TinyCheck(c);
+  prepared::ExpertsIndexCheck check = TinyCheck(c);
   check.require_aligned = false;
-  ExpectInvalid(ValidateExpertsIndex(idx, check, kSource),
+  ExpectInvalid(prepared::ValidateExpertsIndex(idx, check, kSource),
                 {"record 6 (layer 2, expert 2)", "record 8 (layer 3, expert 0)", "overlap",
                  "experts/layer-001.bin"});
 }
 
 TEST(ExpertsIndex, CopyModeExpertNotAligned) {
-  ExpertsIndex idx = TinyIndex();
+  prepared::ExpertsIndex idx = TinyIndex();
   idx.records[2].offset += 64;
   const ModelConfig c = test::TinyConfig();
-  ExpectInvalid(ValidateExpertsIndex(idx, TinyCheck(c), kSource),
+  ExpectInvalid(prepared::ValidateExpertsIndex(idx, TinyCheck(c), kSource),
                 {"record 2", "offset 4160", "multiple of 4096"});
 }
 
 TEST(ExpertsIndex, PathTableSizeDisagreesWithManifest) {
   const ModelConfig c = test::TinyConfig();
-  ExpertsIndexCheck check = TinyCheck(c);
+  prepared::ExpertsIndexCheck check = TinyCheck(c);
   check.file_sizes.pop_back();
-  ExpectInvalid(ValidateExpertsIndex(TinyIndex(), check, kSource), {"lists 2 files", "lists 1"});
+  ExpectInvalid(prepared::ValidateExpertsIndex(TinyIndex(), check, kSource), {"lists 2 files", "lists 1"});
 }
 
 }  // namespace
-}  // namespace k3::prep
+}  // namespace k3::prepared

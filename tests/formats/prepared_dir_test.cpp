@@ -12,7 +12,7 @@
 #include "tests/formats/prepared_fixture.h"
 #include "tests/support/temp_dir.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 using test::ReadBytes;
@@ -26,8 +26,8 @@ void ExpectError(const Status& s, Code code, std::initializer_list<std::string> 
   }
 }
 
-Status OpenStatus(const std::string& dir, const OpenOptions& options = {}) {
-  Result<PreparedDir> p = OpenPrepared(Env::Default(), dir, options);
+Status OpenStatus(const std::string& dir, const prepared::OpenOptions& options = {}) {
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir, options);
   return p.ok() ? Status::Ok() : p.status();
 }
 
@@ -40,25 +40,25 @@ void ResumJson(const std::string& dir, const std::string& text) {
 
 class PreparedDirTest : public ::testing::Test {
  protected:
-  void SetUp() override { m_ = test::BuildPrepared(dir_.path(), ExpertsMode::kCopy); }
+  void SetUp() override { m_ = test::BuildPrepared(dir_.path(), prepared::ExpertsMode::kCopy); }
   std::string P(const std::string& name) const { return dir_.Join(name); }
   // Writes experts.idx as `bytes` and records their hash in k3.json (and k3.sum), so the
   // decoder behind the hash check sees them, as after a hostile or buggy pack.
   void WriteIndexRehashed(const std::string& bytes) {
     WriteBytes(P("experts.idx"), bytes);
-    for (Region& r : m_.regions) {
+    for (prepared::Region& r : m_.regions) {
       if (r.name == "experts.idx") r.xxh3_128 = Xxh3_128(bytes.data(), bytes.size());
     }
-    ASSERT_TRUE(WriteManifestAndSum(Env::Default(), dir_.path(), m_).ok());
+    ASSERT_TRUE(prepared::WriteManifestAndSum(Env::Default(), dir_.path(), m_).ok());
   }
   test::TempDir dir_;
-  Manifest m_;
+  prepared::Manifest m_;
 };
 
 TEST_F(PreparedDirTest, OpensAFreshCopyModeDirectory) {
-  Result<PreparedDir> p = OpenPrepared(Env::Default(), dir_.path());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir_.path());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ(p->manifest.experts_mode, ExpertsMode::kCopy);
+  EXPECT_EQ(p->manifest.experts_mode, prepared::ExpertsMode::kCopy);
   EXPECT_EQ(p->experts.records.size(), 12u);
   ASSERT_EQ(p->expert_paths.size(), 3u);
   EXPECT_EQ(p->expert_paths[1], dir_.Join("experts/layer-002.bin"));
@@ -69,7 +69,7 @@ TEST_F(PreparedDirTest, SumFileIsTheDocumentedLine) {
   const std::string json = ReadBytes(P("k3.json"));
   EXPECT_EQ(ReadBytes(P("k3.sum")),
             "xxh3-128 " + Xxh3_128(json.data(), json.size()).Hex() + " k3.json\n");
-  EXPECT_EQ(RenderSumLine("abc").size(), 9u + 32u + 9u);
+  EXPECT_EQ(prepared::RenderSumLine("abc").size(), 9u + 32u + 9u);
 }
 
 TEST_F(PreparedDirTest, K3SumMismatchIsAnIntegrityFailure) {
@@ -156,15 +156,15 @@ TEST_F(PreparedDirTest, TruncatedExpertFileIsNamed) {
   std::filesystem::resize_file(P("experts/layer-003.bin"), 100);
   ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
               {P("experts/layer-003.bin"), "100 bytes", "16384"});
-  OpenOptions skip;
+  prepared::OpenOptions skip;
   skip.check_expert_files = false;  // k3verify can still report the structure
   EXPECT_TRUE(OpenStatus(dir_.path(), skip).ok());
 }
 
 TEST(PreparedDirLink, ResolvesShardsUnderModelDirAndHonoursOverride) {
   test::TempDir prepared, model, moved;
-  test::BuildPrepared(prepared.path(), ExpertsMode::kLink, model.path());
-  Result<PreparedDir> p = OpenPrepared(Env::Default(), prepared.path());
+  test::BuildPrepared(prepared.path(), prepared::ExpertsMode::kLink, model.path());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), prepared.path());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->expert_paths[0], model.Join("model.safetensors"));
   EXPECT_EQ(p->manifest.source.shards[0].sha256, std::string(64, 'e'));
@@ -172,19 +172,19 @@ TEST(PreparedDirLink, ResolvesShardsUnderModelDirAndHonoursOverride) {
   std::filesystem::rename(model.Join("model.safetensors"), moved.Join("model.safetensors"));
   ExpectError(OpenStatus(prepared.path()), Code::kInvalid,
               {model.Join("model.safetensors"), "missing", "--model-dir"});
-  OpenOptions relocated;
+  prepared::OpenOptions relocated;
   relocated.model_dir = moved.path();
-  Result<PreparedDir> again = OpenPrepared(Env::Default(), prepared.path(), relocated);
+  Result<prepared::PreparedDir> again = prepared::OpenPrepared(Env::Default(), prepared.path(), relocated);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->expert_paths[0], moved.Join("model.safetensors"));
 }
 
 TEST(PreparedDirWrite, InterruptedSumWriteLeavesNothingThatOpens) {
   test::TempDir dir;
-  Manifest m = test::BuildPrepared(dir.path(), ExpertsMode::kCopy);
+  prepared::Manifest m = test::BuildPrepared(dir.path(), prepared::ExpertsMode::kCopy);
   test::FaultEnv env;
   env.SetRule(dir.Join("k3.sum"), test::FaultRule::RenameFails());
-  Status s = WriteManifestAndSum(&env, dir.path(), m);
+  Status s = prepared::WriteManifestAndSum(&env, dir.path(), m);
   EXPECT_FALSE(s.ok());
   // The old sum was removed first and the new one never landed: "unfinished", not "tampered".
   EXPECT_FALSE(std::filesystem::exists(dir.Join("k3.sum")));
@@ -194,13 +194,13 @@ TEST(PreparedDirWrite, InterruptedSumWriteLeavesNothingThatOpens) {
 
 TEST(PreparedDirWrite, InterruptedJsonWriteLeavesNoSum) {
   test::TempDir dir;
-  Manifest m = test::BuildPrepared(dir.path(), ExpertsMode::kCopy);
+  prepared::Manifest m = test::BuildPrepared(dir.path(), prepared::ExpertsMode::kCopy);
   test::FaultEnv env;
   env.SetRule(dir.Join("k3.json"), test::FaultRule::EnospcAfter(100));
-  EXPECT_FALSE(WriteManifestAndSum(&env, dir.path(), m).ok());
+  EXPECT_FALSE(prepared::WriteManifestAndSum(&env, dir.path(), m).ok());
   EXPECT_FALSE(std::filesystem::exists(dir.Join("k3.sum")));
   EXPECT_EQ(OpenStatus(dir.path()).code(), Code::kInvalid);
 }
 
 }  // namespace
-}  // namespace k3::prep
+}  // namespace k3::prepared

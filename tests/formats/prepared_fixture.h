@@ -20,7 +20,7 @@
 namespace k3::test {
 
 // Test-only header: the prepared-format names are used unqualified below.
-using namespace ::k3::prep;  // NOLINT
+using namespace ::k3::prepared;  // NOLINT
 
 // 4 layers: L0 dense KDA, L1 MoE MLA, L2 MoE KDA, L3 MoE MLA. hidden 64, KDA 2x16 (P = 32),
 // MLA 2 heads (q_lora 32, kv_lora 16, nope 8, rope 8, v 16), 4 experts, 1 shared, latent 32,

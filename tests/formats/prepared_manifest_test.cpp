@@ -9,31 +9,31 @@
 #include "tests/formats/prepared_fixture.h"
 #include "tests/support/temp_dir.h"
 
-namespace k3::prep {
+namespace k3::prepared {
 namespace {
 
 constexpr char kSource[] = "/p/k3.json";
 
 class PreparedManifest : public ::testing::Test {
  protected:
-  void SetUp() override { m_ = test::BuildPrepared(dir_.path(), ExpertsMode::kCopy); }
+  void SetUp() override { m_ = test::BuildPrepared(dir_.path(), prepared::ExpertsMode::kCopy); }
 
-  Region& R(const std::string& name) {
-    for (Region& r : m_.regions) {
+  prepared::Region& R(const std::string& name) {
+    for (prepared::Region& r : m_.regions) {
       if (r.name == name) return r;
     }
     ADD_FAILURE() << "no region " << name;
     return m_.regions.front();
   }
-  FileEntry& F(const std::string& path) {
-    for (FileEntry& f : m_.files) {
+  prepared::FileEntry& F(const std::string& path) {
+    for (prepared::FileEntry& f : m_.files) {
       if (f.path == path) return f;
     }
     ADD_FAILURE() << "no file " << path;
     return m_.files.front();
   }
   void ExpectInvalid(std::initializer_list<std::string> parts) {
-    Status s = ValidateManifest(m_, kSource);
+    Status s = prepared::ValidateManifest(m_, kSource);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.code(), Code::kInvalid);
     for (const std::string& p : parts) {
@@ -43,16 +43,16 @@ class PreparedManifest : public ::testing::Test {
   }
   // Renders m_, applies `edit` to the JSON, and parses the result.
   Status ParseEdited(const std::function<void(nlohmann::ordered_json&)>& edit) {
-    Result<std::string> text = RenderManifest(m_);
+    Result<std::string> text = prepared::RenderManifest(m_);
     EXPECT_TRUE(text.ok()) << text.status().ToString();
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(text.value());
     edit(j);
-    Result<Manifest> back = ParseManifest(j.dump(1), kSource);
+    Result<prepared::Manifest> back = prepared::ParseManifest(j.dump(1), kSource);
     return back.ok() ? Status::Ok() : back.status();
   }
 
   test::TempDir dir_;
-  Manifest m_;
+  prepared::Manifest m_;
 };
 
 void ExpectStatus(const Status& s, std::initializer_list<std::string> parts) {
@@ -65,12 +65,12 @@ void ExpectStatus(const Status& s, std::initializer_list<std::string> parts) {
 
 const std::string kQProj = "language_model.model.layers.0.self_attn.q_proj.weight";
 
-TEST_F(PreparedManifest, FixtureIsValid) { EXPECT_TRUE(ValidateManifest(m_, kSource).ok()); }
+TEST_F(PreparedManifest, FixtureIsValid) { EXPECT_TRUE(prepared::ValidateManifest(m_, kSource).ok()); }
 
 TEST_F(PreparedManifest, RenderParseRoundTrip) {
-  Result<std::string> text = RenderManifest(m_);
+  Result<std::string> text = prepared::RenderManifest(m_);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
-  Result<Manifest> back = ParseManifest(*text, kSource);
+  Result<prepared::Manifest> back = prepared::ParseManifest(*text, kSource);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(CanonicalConfigJson(back->config), CanonicalConfigJson(m_.config));
   EXPECT_EQ(back->source.model_dir_abs, m_.source.model_dir_abs);
@@ -84,11 +84,11 @@ TEST_F(PreparedManifest, RenderParseRoundTrip) {
     EXPECT_EQ(back->regions[i].shape, m_.regions[i].shape);
     EXPECT_EQ(back->regions[i].xxh3_128, m_.regions[i].xxh3_128);
   }
-  EXPECT_EQ(back->experts_mode, ExpertsMode::kCopy);
+  EXPECT_EQ(back->experts_mode, prepared::ExpertsMode::kCopy);
   ASSERT_EQ(back->expert_files.size(), 3u);
   EXPECT_EQ(back->expert_files[0].path, "experts/layer-001.bin");
   // Canonical: rendering the parsed manifest gives the same bytes.
-  Result<std::string> again = RenderManifest(*back);
+  Result<std::string> again = prepared::RenderManifest(*back);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *text);
 }
@@ -96,7 +96,7 @@ TEST_F(PreparedManifest, RenderParseRoundTrip) {
 // nlohmann throws out_of_range (not parse_error) for a number beyond a double; it escaped the
 // reader as an internal error (found by prepared_manifest_fuzz).
 TEST_F(PreparedManifest, NumberBeyondADoubleIsInvalidNotAnEscapingException) {
-  Result<Manifest> r = ParseManifest(R"({"version": 1e999})", kSource);
+  Result<prepared::Manifest> r = prepared::ParseManifest(R"({"version": 1e999})", kSource);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalid);
   EXPECT_NE(r.status().message().find("malformed JSON"), std::string::npos)
@@ -104,7 +104,7 @@ TEST_F(PreparedManifest, NumberBeyondADoubleIsInvalidNotAnEscapingException) {
 }
 
 TEST_F(PreparedManifest, JsonCarriesTheDocumentedFields) {
-  Result<std::string> text = RenderManifest(m_);
+  Result<std::string> text = prepared::RenderManifest(m_);
   ASSERT_TRUE(text.ok());
   nlohmann::json j = nlohmann::json::parse(*text);
   EXPECT_EQ(j["format"], "k3-prepared");
@@ -170,12 +170,12 @@ TEST_F(PreparedManifest, RequiredFileNotListed) {
 }
 
 TEST_F(PreparedManifest, UnknownFileListed) {
-  m_.files.push_back(FileEntry{"notes.txt", 1});
+  m_.files.push_back(prepared::FileEntry{"notes.txt", 1});
   ExpectInvalid({"notes.txt", "not a file of the prepared format"});
 }
 
 TEST_F(PreparedManifest, FilePathEscapingTheDirectory) {
-  m_.files.push_back(FileEntry{"tokenizer/../../etc/passwd", 1});
+  m_.files.push_back(prepared::FileEntry{"tokenizer/../../etc/passwd", 1});
   ExpectInvalid({"tokenizer/../../etc/passwd", "relative"});
 }
 
@@ -186,7 +186,7 @@ TEST_F(PreparedManifest, WholeFileRegionMustCoverItsFile) {
 }
 
 TEST_F(PreparedManifest, RegionThatIsNotALayoutTensor) {
-  m_.regions.push_back(Region{"junk", "trunk.bin", 44800, 64, DType::kU8, {64}, {}});
+  m_.regions.push_back(prepared::Region{"junk", "trunk.bin", 44800, 64, DType::kU8, {64}, {}});
   ExpectInvalid({"\"junk\"", "not a tensor of the prepared layout"});
 }
 
@@ -216,11 +216,11 @@ TEST_F(PreparedManifest, CopyModeExpertFileOutsideExpertsDir) {
 }
 
 TEST_F(PreparedManifest, LinkModeExpertFileMustBeAShard) {
-  m_.experts_mode = ExpertsMode::kLink;
+  m_.experts_mode = prepared::ExpertsMode::kLink;
   ExpectInvalid({"expert_files[0]", "experts/layer-001.bin", "not one of source.shards"});
-  m_.expert_files = {FileEntry{"other.safetensors", 5}};
+  m_.expert_files = {prepared::FileEntry{"other.safetensors", 5}};
   ExpectInvalid({"expert_files[0]", "not one of source.shards"});
-  m_.expert_files = {FileEntry{"model.safetensors", 5}};
+  m_.expert_files = {prepared::FileEntry{"model.safetensors", 5}};
   ExpectInvalid({"expert_files[0]", "differs from source.shards size 123456"});
 }
 
@@ -328,20 +328,20 @@ TEST_F(PreparedManifest, ExpertsIdxSizeMustFollowFromTheConfig) {
 }
 
 TEST_F(PreparedManifest, DuplicateJsonKey) {
-  Result<std::string> text = RenderManifest(m_);
+  Result<std::string> text = prepared::RenderManifest(m_);
   ASSERT_TRUE(text.ok());
   std::string t = *text;
   t.replace(t.find("\"experts_mode\""), 14, "\"experts_mode\": \"link\", \"experts_mode\"");
-  Result<Manifest> back = ParseManifest(t, kSource);
+  Result<prepared::Manifest> back = prepared::ParseManifest(t, kSource);
   ExpectStatus(back.status(), {kSource, "duplicate key \"experts_mode\""});
 }
 
 TEST_F(PreparedManifest, WriterRefusesAnInvalidManifest) {
   test::TempDir out;
   R(kQProj).shape = {64, 32};
-  EXPECT_EQ(WriteManifestAndSum(Env::Default(), out.path(), m_).code(), Code::kInvalid);
+  EXPECT_EQ(prepared::WriteManifestAndSum(Env::Default(), out.path(), m_).code(), Code::kInvalid);
   EXPECT_TRUE(out.List().empty());
 }
 
 }  // namespace
-}  // namespace k3::prep
+}  // namespace k3::prepared

@@ -1,4 +1,4 @@
-// Fuzz target for the chat transcript (k3run/chat_history.h): ParseHistory must never crash and
+// Fuzz target for the chat transcript (k3run/text/chat_history.h): ParseHistory must never crash and
 // refuse only with kInvalid; a transcript it accepts serialises to a file that reads back as the
 // same messages, so a resumed chat continues exactly where it was saved. A violated property
 // aborts, which libFuzzer and the replay driver both report as a failure.
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "k3run/chat_history.h"
+#include "k3run/text/chat_history.h"
 
 namespace {
 

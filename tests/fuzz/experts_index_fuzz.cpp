@@ -12,13 +12,13 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  k3::Result<k3::prep::ExpertsIndex> idx = k3::prep::DecodeExpertsIndex(bytes, "fuzz/experts.idx");
+  k3::Result<k3::prepared::ExpertsIndex> idx = k3::prepared::DecodeExpertsIndex(bytes, "fuzz/experts.idx");
   if (!idx.ok()) {
     if (idx.status().code() != k3::Code::kInvalid) std::abort();
     return 0;
   }
-  if (k3::prep::EncodeExpertsIndex(*idx) != bytes) std::abort();
-  for (const k3::prep::ExpertRecord& r : idx->records) {
+  if (k3::prepared::EncodeExpertsIndex(*idx) != bytes) std::abort();
+  for (const k3::prepared::ExpertRecord& r : idx->records) {
     if (r.file_id >= idx->files.size()) std::abort();
   }
   return 0;

@@ -12,16 +12,16 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  k3::Result<k3::prep::Manifest> m = k3::prep::ParseManifest(text, "fuzz/k3.json");
+  k3::Result<k3::prepared::Manifest> m = k3::prepared::ParseManifest(text, "fuzz/k3.json");
   if (!m.ok()) {
     if (m.status().code() != k3::Code::kInvalid) std::abort();
     return 0;
   }
-  k3::Result<std::string> rendered = k3::prep::RenderManifest(*m);
+  k3::Result<std::string> rendered = k3::prepared::RenderManifest(*m);
   if (!rendered.ok()) std::abort();
-  k3::Result<k3::prep::Manifest> again = k3::prep::ParseManifest(*rendered, "rendered");
+  k3::Result<k3::prepared::Manifest> again = k3::prepared::ParseManifest(*rendered, "rendered");
   if (!again.ok()) std::abort();
-  k3::Result<std::string> twice = k3::prep::RenderManifest(*again);
+  k3::Result<std::string> twice = k3::prepared::RenderManifest(*again);
   if (!twice.ok() || *twice != *rendered) std::abort();
   return 0;
 }

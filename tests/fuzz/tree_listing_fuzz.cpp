@@ -1,4 +1,4 @@
-// Fuzz target for the Hub's tree listing parser (k3prep/download_hub.h ParseTreePage): it must
+// Fuzz target for the Hub's tree listing parser (k3prep/download/hub.h ParseTreePage): it must
 // never crash, refuse only with kInvalid (exit 2, a malformed Hub answer), and every file it
 // accepts must keep the rules the downloader relies on afterwards. A violated property aborts,
 // which libFuzzer and the replay driver both report as a failure.
@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "common/printable.h"
-#include "k3prep/download_hub.h"
+#include "k3prep/download/hub.h"
 
 namespace {
 

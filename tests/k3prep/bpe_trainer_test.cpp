@@ -1,6 +1,6 @@
 // Tests for k3prep/bpe_trainer: the pre-split rule, merges on hand-computed examples, the stop
 // rules, determinism, and a speed sanity run over the shipped corpus (reported, not asserted).
-#include "k3prep/bpe_trainer.h"
+#include "k3prep/synth/bpe_trainer.h"
 
 #include <gtest/gtest.h>
 

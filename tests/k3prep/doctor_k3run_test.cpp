@@ -5,12 +5,12 @@
 
 #include "common/env.h"
 #include "formats/prepared_manifest.h"
-#include "k3prep/doctor_budget.h"
-#include "k3prep/doctor_system.h"
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/doctor/budget.h"
+#include "k3prep/doctor/system.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
 #include "k3run/kernels/matmul.h"
-#include "k3run/streaming_plan.h"
+#include "k3run/stream/streaming_plan.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::prep {
@@ -49,11 +49,11 @@ TEST(DoctorMirrorsK3run, MinimumBudgetIsPlanStreamingsRefusalThreshold) {
   p.model_dir = s.out;
   p.out = tmp.Join("prep");
   ASSERT_TRUE(RunPack(Env::Default(), p).ok());
-  Result<PreparedDir> dir = OpenPrepared(Env::Default(), p.out);
+  Result<prepared::PreparedDir> dir = prepared::OpenPrepared(Env::Default(), p.out);
   ASSERT_TRUE(dir.ok()) << dir.status().ToString();
 
   uint64_t largest = 0;
-  for (const ExpertRecord& r : dir->experts.records) largest = std::max(largest, r.length);
+  for (const prepared::ExpertRecord& r : dir->experts.records) largest = std::max(largest, r.length);
   const BudgetFloor f = FloorOf(dir->manifest.runs, largest, dir->manifest.config.topk,
                                 !dir->experts.records.empty());
   run::BudgetRequest at;

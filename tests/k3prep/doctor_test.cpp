@@ -1,7 +1,7 @@
 // k3prep doctor: one test per rule (blocking vs warning), the probe's cleanup on every failure,
 // what DIR holds → the next command, the JSON object and the CLI's exit codes. No timed
 // assertions: probe rates are only checked to exist.
-#include "k3prep/doctor.h"
+#include "k3prep/doctor/doctor.h"
 
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -17,10 +17,10 @@
 #include "common/env.h"
 #include "formats/config.h"
 #include "formats/prepared_layout.h"
-#include "k3prep/doctor_budget.h"
-#include "k3prep/doctor_probe.h"
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/doctor/budget.h"
+#include "k3prep/doctor/probe.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 
@@ -295,7 +295,7 @@ TEST(DoctorBudget, ReleasedExpertSizeMatchesReleasedConfig) {
   Result<ModelConfig> c =
       LoadModelConfig(D(), std::string(K3_SOURCE_DIR) + "/tests/data/config/released_config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(ExpertBytes(*c), kReleasedExpertBytes);
+  EXPECT_EQ(prepared::ExpertBytes(*c), kReleasedExpertBytes);
 }
 
 TEST(DoctorBudget, ReleasedFloorFromReleasedConfig) {
@@ -306,7 +306,7 @@ TEST(DoctorBudget, ReleasedFloorFromReleasedConfig) {
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   // DESIGN.md §7: layer 0's run is 2.34 GB; the trunk minimum is two of them, 4 KiB-rounded.
   EXPECT_NEAR(double(f->largest_run), 2.34e9, 0.01e9);
-  EXPECT_EQ(f->trunk_min, 2 * AlignUp(f->largest_run, 4096));
+  EXPECT_EQ(f->trunk_min, 2 * prepared::AlignUp(f->largest_run, 4096));
   // top-k + 1 = 17 expert slots of 17,547,264 B (already a multiple of 64).
   EXPECT_EQ(f->cache_min, 17u * 17'547'264u);
   EXPECT_LT(f->total(), kReleasedFloorBytes);

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "k3prep/download_http.h"
-#include "k3prep/download_hub.h"
+#include "k3prep/download/http.h"
+#include "k3prep/download/hub.h"
 #include "tests/k3prep/download_test_util.h"
 
 namespace k3 {

@@ -3,8 +3,8 @@
 // stores for an endpoint with credentials, reserved names, and the tree listing page parser.
 #include <gtest/gtest.h>
 
-#include "k3prep/download_http.h"
-#include "k3prep/download_hub.h"
+#include "k3prep/download/http.h"
+#include "k3prep/download/hub.h"
 
 namespace k3 {
 namespace {

@@ -17,11 +17,11 @@
 #include <gtest/gtest.h>
 
 #include "k3prep/cli.h"
-#include "k3prep/download_command.h"
-#include "k3prep/download_hub.h"
-#include "k3prep/download_part_writer.h"
-#include "k3prep/download_retry.h"
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/download/command.h"
+#include "k3prep/download/hub.h"
+#include "k3prep/download/part_writer.h"
+#include "k3prep/download/retry.h"
+#include "k3prep/synth/checkpoint.h"
 #include "tests/k3prep/download_test_util.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"

@@ -19,7 +19,7 @@
 #include "common/env.h"
 #include "common/hash.h"
 #include "formats/download_manifest.h"
-#include "k3prep/download.h"
+#include "k3prep/download/download.h"
 #include "tests/k3prep/hubsim_process.h"
 #include "tests/support/temp_dir.h"
 

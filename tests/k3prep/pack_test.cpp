@@ -1,7 +1,7 @@
 // k3prep pack: synth → pack → the prepared directory opens, and every packed byte and hash is
 // checked against the source read independently (CheckpointIndex + Env here, not the packer's
 // plan). Failure modes each get a test: refusal, missing config, faults, free space, resume.
-#include "k3prep/pack.h"
+#include "k3prep/pack/pack.h"
 
 #include <sys/stat.h>
 
@@ -18,8 +18,8 @@
 #include "formats/download_manifest.h"
 #include "formats/prepared_manifest.h"
 #include "formats/safetensors.h"
-#include "k3prep/pack_command.h"
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/pack/command.h"
+#include "k3prep/synth/checkpoint.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 
@@ -44,7 +44,7 @@ void Synth(const std::string& dir, const std::string& preset = "tiny", int shard
 }
 
 PackOptions Opts(const std::string& model, const std::string& out,
-                 ExpertsMode mode = ExpertsMode::kLink) {
+                 prepared::ExpertsMode mode = prepared::ExpertsMode::kLink) {
   PackOptions o;
   o.model_dir = model;
   o.out = out;
@@ -77,12 +77,12 @@ std::string SourceTensor(const st::CheckpointIndex& idx, const std::string& name
 
 // Opens PREPARED and checks every region and expert against the source checkpoint.
 void CheckAgainstSource(const std::string& prepared, const std::string& model) {
-  Result<PreparedDir> p = OpenPrepared(D(), prepared);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(D(), prepared);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   Result<st::CheckpointIndex> idx = st::CheckpointIndex::Open(D(), model);
   ASSERT_TRUE(idx.ok()) << idx.status().ToString();
   size_t tensor_regions = 0;
-  for (const Region& r : p->manifest.regions) {
+  for (const prepared::Region& r : p->manifest.regions) {
     const std::string got = ReadRange(JoinPath(prepared, r.file), r.offset, r.length);
     std::string want;
     if (r.file == "trunk.bin" || r.file == "resident.bin") {
@@ -107,10 +107,10 @@ void CheckAgainstSource(const std::string& prepared, const std::string& model) {
             static_cast<size_t>(c.n_moe_layers()) * static_cast<size_t>(c.n_experts));
   for (int layer = c.first_dense; layer < c.n_layers; ++layer) {
     for (int e = 0; e < c.n_experts; ++e) {
-      const ExpertRecord& rec = p->experts.At(static_cast<uint32_t>(layer),
+      const prepared::ExpertRecord& rec = p->experts.At(static_cast<uint32_t>(layer),
                                               static_cast<uint32_t>(e));
       std::string want;
-      for (int s = 0; s < kExpertSubCount; ++s) want += SourceTensor(*idx, ExpertTensorName(layer, e, s));
+      for (int s = 0; s < prepared::kExpertSubCount; ++s) want += SourceTensor(*idx, prepared::ExpertTensorName(layer, e, s));
       const std::string got = ReadRange(p->expert_paths[rec.file_id], rec.offset, rec.length);
       ASSERT_EQ(got, want) << "layer " << layer << " expert " << e;
       EXPECT_EQ(rec.xxh3_64, Xxh3_64(want.data(), want.size()))
@@ -165,10 +165,10 @@ TEST_F(PackTiny, LinkModeOpensAndEveryByteMatchesTheSource) {
   Result<PackResult> r = RunPack(D(), Opts(Model(), out));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   CheckAgainstSource(out, Model());
-  const Manifest& m = r->manifest;
-  EXPECT_EQ(m.experts_mode, ExpertsMode::kLink);
+  const prepared::Manifest& m = r->manifest;
+  EXPECT_EQ(m.experts_mode, prepared::ExpertsMode::kLink);
   // Link paths are shard names relative to model_dir; no expert bytes were copied.
-  for (const FileEntry& f : m.expert_files) EXPECT_EQ(f.path.find('/'), std::string::npos);
+  for (const prepared::FileEntry& f : m.expert_files) EXPECT_EQ(f.path.find('/'), std::string::npos);
   EXPECT_FALSE(fs::exists(JoinPath(out, "experts")));
   EXPECT_TRUE(fs::exists(JoinPath(out, "tokenizer/tiktoken.model")));
   EXPECT_TRUE(fs::exists(JoinPath(out, "tokenizer/tokenizer_config.json")));
@@ -179,7 +179,7 @@ TEST_F(PackTiny, LinkModeOpensAndEveryByteMatchesTheSource) {
 
 TEST_F(PackTiny, CopyModeOpensAndEveryByteMatchesTheSource) {
   const std::string out = tmp_.Join("prep");
-  Result<PackResult> r = RunPack(D(), Opts(Model(), out, ExpertsMode::kCopy));
+  Result<PackResult> r = RunPack(D(), Opts(Model(), out, prepared::ExpertsMode::kCopy));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   CheckAgainstSource(out, Model());
   // One file per MoE layer (12), each expert 4096-aligned.
@@ -189,19 +189,19 @@ TEST_F(PackTiny, CopyModeOpensAndEveryByteMatchesTheSource) {
 
 TEST_F(PackTiny, CopyModeStripeOverTwoDirsFollowsTheStripeRule) {
   const std::string out = tmp_.Join("prep");
-  PackOptions o = Opts(Model(), out, ExpertsMode::kCopy);
+  PackOptions o = Opts(Model(), out, prepared::ExpertsMode::kCopy);
   o.stripe_dirs = {tmp_.Join("d0"), tmp_.Join("d1")};
   Result<PackResult> r = RunPack(D(), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   CheckAgainstSource(out, Model());
-  Result<PreparedDir> p = OpenPrepared(D(), out);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(D(), out);
   ASSERT_TRUE(p.ok());
   const ModelConfig& c = p->manifest.config;
   const std::string d0 = fs::canonical(tmp_.Join("d0")).string();
   const std::string d1 = fs::canonical(tmp_.Join("d1")).string();
   for (int layer = c.first_dense; layer < c.n_layers; ++layer) {
     for (int e = 0; e < c.n_experts; ++e) {
-      const ExpertRecord& rec = p->experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(e));
+      const prepared::ExpertRecord& rec = p->experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(e));
       const std::string& path = p->experts.files[rec.file_id];
       const std::string& want = (layer * c.n_experts + e) % 2 == 0 ? d0 : d1;
       EXPECT_EQ(path.rfind(want + "/", 0), 0u) << "layer " << layer << " expert " << e << ": " << path;
@@ -224,10 +224,10 @@ TEST_F(PackTiny, LinkModeWithStripeIsAUsageError) {
 // Nothing time- or thread-dependent: two packs (different --jobs and window sizes) give the
 // same bytes everywhere.
 TEST_F(PackTiny, PackingTwiceIsByteIdenticalAcrossJobsAndWindows) {
-  for (ExpertsMode mode : {ExpertsMode::kLink, ExpertsMode::kCopy}) {
-    PackOptions a = Opts(Model(), tmp_.Join(std::string("a-") + ExpertsModeName(mode)), mode);
+  for (prepared::ExpertsMode mode : {prepared::ExpertsMode::kLink, prepared::ExpertsMode::kCopy}) {
+    PackOptions a = Opts(Model(), tmp_.Join(std::string("a-") + prepared::ExpertsModeName(mode)), mode);
     a.jobs = 1;
-    PackOptions b = Opts(Model(), tmp_.Join(std::string("b-") + ExpertsModeName(mode)), mode);
+    PackOptions b = Opts(Model(), tmp_.Join(std::string("b-") + prepared::ExpertsModeName(mode)), mode);
     b.jobs = 2;
     b.window_bytes = 8192;  // many window boundaries inside tensors and experts
     ASSERT_TRUE(RunPack(D(), a).ok());
@@ -242,7 +242,7 @@ TEST_F(PackTiny, SourceSha256ComesOnlyFromTheDownloadManifest) {
   fs::copy(Model(), model.path(), fs::copy_options::recursive);
   Result<PackResult> none = RunPack(D(), Opts(model.path(), tmp_.Join("p0")));
   ASSERT_TRUE(none.ok()) << none.status().ToString();
-  for (const SourceShard& s : none->manifest.source.shards) EXPECT_TRUE(s.sha256.empty()) << s.name;
+  for (const prepared::SourceShard& s : none->manifest.source.shards) EXPECT_TRUE(s.sha256.empty()) << s.name;
 
   const std::string shard = none->manifest.source.shards[2].name;
   dl::DownloadManifest dm;
@@ -254,7 +254,7 @@ TEST_F(PackTiny, SourceSha256ComesOnlyFromTheDownloadManifest) {
   ASSERT_TRUE(dl::WriteDownloadManifest(D(), model.Join("k3-download.json"), dm).ok());
   Result<PackResult> some = RunPack(D(), Opts(model.path(), tmp_.Join("p1")));
   ASSERT_TRUE(some.ok()) << some.status().ToString();
-  for (const SourceShard& s : some->manifest.source.shards) {
+  for (const prepared::SourceShard& s : some->manifest.source.shards) {
     EXPECT_EQ(s.sha256, s.name == shard ? std::string(64, 'b') : std::string()) << s.name;
   }
   EXPECT_NE(ReadAll(JoinPath(tmp_.Join("p1"), "k3.json")).find(std::string(64, 'b')),
@@ -287,15 +287,15 @@ TEST_F(PackTiny, ShardSizeContradictingTheDownloadManifestIsAnIntegrityFailure) 
 void ReorderExpert(const std::string& model, int layer, int e) {
   Result<st::CheckpointIndex> idx = st::CheckpointIndex::Open(D(), model);
   ASSERT_TRUE(idx.ok());
-  const st::CheckpointIndex::Location* loc = idx->Find(ExpertTensorName(layer, e, 1));
+  const st::CheckpointIndex::Location* loc = idx->Find(prepared::ExpertTensorName(layer, e, 1));
   ASSERT_NE(loc, nullptr);
   const std::string path = loc->shard->path;
   std::vector<const st::TensorInfo*> order;
   for (const st::TensorInfo& t : loc->shard->header.tensors) order.push_back(&t);
   auto a = std::find_if(order.begin(), order.end(),
-                        [&](auto* t) { return t->name == ExpertTensorName(layer, e, 1); });
+                        [&](auto* t) { return t->name == prepared::ExpertTensorName(layer, e, 1); });
   auto b = std::find_if(order.begin(), order.end(),
-                        [&](auto* t) { return t->name == ExpertTensorName(layer, e, 2); });
+                        [&](auto* t) { return t->name == prepared::ExpertTensorName(layer, e, 2); });
   ASSERT_TRUE(a != order.end() && b != order.end());
   std::iter_swap(a, b);
   std::vector<std::string> data;
@@ -323,7 +323,7 @@ TEST_F(PackTiny, LinkModeRefusesANonContiguousExpertNamingItAndCopyModePacksIt) 
   EXPECT_FALSE(fs::exists(out));
 
   const std::string copy = tmp_.Join("copy");
-  Result<PackResult> c = RunPack(D(), Opts(model.path(), copy, ExpertsMode::kCopy));
+  Result<PackResult> c = RunPack(D(), Opts(model.path(), copy, prepared::ExpertsMode::kCopy));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   CheckAgainstSource(copy, model.path());
 }
@@ -350,8 +350,8 @@ TEST_F(PackTiny, SingleFileCheckpointWithFlatConfigPacks) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_FALSE(parsed->experts_mxfp4);  // the case under test: no quantization_config
 
-  for (ExpertsMode mode : {ExpertsMode::kLink, ExpertsMode::kCopy}) {
-    const std::string out = t.Join(std::string("p-") + ExpertsModeName(mode));
+  for (prepared::ExpertsMode mode : {prepared::ExpertsMode::kLink, prepared::ExpertsMode::kCopy}) {
+    const std::string out = t.Join(std::string("p-") + prepared::ExpertsModeName(mode));
     Result<PackResult> r = RunPack(D(), Opts(model, out, mode));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_TRUE(r->manifest.config.experts_mxfp4);
@@ -402,7 +402,7 @@ TEST_F(PackTiny, NotEnoughFreeSpaceWritesNothingAndNamesBothSizes) {
   FaultEnv env;
   env.SetFreeSpace(100000);
   const std::string out = tmp_.Join("p");
-  Result<PackResult> r = RunPack(&env, Opts(Model(), out, ExpertsMode::kCopy));
+  Result<PackResult> r = RunPack(&env, Opts(Model(), out, prepared::ExpertsMode::kCopy));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().exit_code(), 1);
   const std::string& msg = r.status().message();
@@ -429,10 +429,10 @@ TEST_F(PackTiny, EioReadingAShardLeavesNoFinalNamesAndNamesTheShard) {
   Result<st::CheckpointIndex> idx = st::CheckpointIndex::Open(D(), Model());
   ASSERT_TRUE(idx.ok());
   const std::string shard = idx->shards()[3]->path;
-  for (ExpertsMode mode : {ExpertsMode::kLink, ExpertsMode::kCopy}) {
+  for (prepared::ExpertsMode mode : {prepared::ExpertsMode::kLink, prepared::ExpertsMode::kCopy}) {
     FaultEnv env;
     env.SetRule(shard, FaultRule::EioAt(idx->shards()[3]->header.file_size - 10));
-    const std::string out = tmp_.Join(std::string("p-") + ExpertsModeName(mode));
+    const std::string out = tmp_.Join(std::string("p-") + prepared::ExpertsModeName(mode));
     Result<PackResult> r = RunPack(&env, Opts(Model(), out, mode));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().exit_code(), 1);
@@ -458,13 +458,13 @@ TEST_F(PackTiny, RenameFailureLeavesNoFinalNames) {
     FaultEnv env;
     const std::string out = tmp_.Join(std::string("p-") + failing);
     env.SetRule(JoinPath(out, failing), FaultRule::RenameFails());
-    Result<PackResult> r = RunPack(&env, Opts(Model(), out, ExpertsMode::kCopy));
+    Result<PackResult> r = RunPack(&env, Opts(Model(), out, prepared::ExpertsMode::kCopy));
     ASSERT_FALSE(r.ok()) << failing;
     EXPECT_EQ(r.status().exit_code(), 1);
     EXPECT_NE(r.status().message().find("--resume"), std::string::npos) << r.status().message();
     ExpectNoFinalNames(out);
     // ... and the temporaries are all there, so --resume finishes with nothing to redo.
-    PackOptions o = Opts(Model(), out, ExpertsMode::kCopy);
+    PackOptions o = Opts(Model(), out, prepared::ExpertsMode::kCopy);
     o.resume = true;
     Result<PackResult> again = RunPack(D(), o);
     ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -504,7 +504,7 @@ void PackLeavingTheJournal(const std::string& model, const std::string& out) {
   FaultEnv env;
   env.SetRule(journal, FaultRule::RemoveFails());
   ASSERT_FALSE(RunPack(&env, Opts(model, out)).ok());
-  ASSERT_TRUE(D()->Exists(JoinPath(out, std::string(kSumFile))));
+  ASSERT_TRUE(D()->Exists(JoinPath(out, std::string(prepared::kSumFile))));
   ASSERT_TRUE(D()->Exists(journal));
 }
 
@@ -542,7 +542,7 @@ TEST_F(PackTiny, JournalLeftAfterTheSumOfAnotherPlanIsRefused) {
   const std::string out = tmp_.Join("p");
   const std::string journal = JoinPath(out, std::string(kPackJournalFile));
   ASSERT_NO_FATAL_FAILURE(PackLeavingTheJournal(Model(), out));
-  PackOptions copy = Opts(Model(), out, ExpertsMode::kCopy);
+  PackOptions copy = Opts(Model(), out, prepared::ExpertsMode::kCopy);
   copy.resume = true;
   Result<PackResult> r = RunPack(D(), copy);
   ASSERT_FALSE(r.ok());
@@ -556,12 +556,12 @@ TEST_F(PackTiny, JournalLeftAfterTheSumOfAnotherPlanIsRefused) {
 // result is identical to an uninterrupted pack and finished units were re-verified, not redone.
 TEST_F(PackTiny, ResumeAfterEnospcIsIdenticalAndReusesFinishedUnits) {
   const std::string ref = tmp_.Join("ref");
-  ASSERT_TRUE(RunPack(D(), Opts(Model(), ref, ExpertsMode::kCopy)).ok());
+  ASSERT_TRUE(RunPack(D(), Opts(Model(), ref, prepared::ExpertsMode::kCopy)).ok());
 
   const std::string out = tmp_.Join("p");
   FaultEnv env;
   env.SetRule(JoinPath(out, "experts/layer-007.bin"), FaultRule::EnospcAfter(3 * 8192));
-  PackOptions o = Opts(Model(), out, ExpertsMode::kCopy);
+  PackOptions o = Opts(Model(), out, prepared::ExpertsMode::kCopy);
   o.window_bytes = 8192;
   o.journal_flush_bytes = 16384;
   Result<PackResult> failed = RunPack(&env, o);
@@ -593,7 +593,7 @@ TEST_F(PackTiny, ResumeRedoesAUnitWhoseTemporaryBytesChanged) {
   PackOptions o = Opts(Model(), out);
   ASSERT_FALSE(RunPack(&env, o).ok());
   // Flip one byte inside layer 2's run of the finished trunk temporary.
-  Result<PreparedDir> p = OpenPrepared(D(), ref);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(D(), ref);
   ASSERT_TRUE(p.ok());
   const uint64_t at = p->manifest.runs[2].offset + 100;
   {
@@ -627,7 +627,7 @@ TEST_F(PackTiny, ResumeDiscardsAJournalOfAnotherPlanAndATornLine) {
     ASSERT_TRUE((*f)->WriteExact(*size, torn.data(), torn.size()).ok());
   }
   // The same directory resumed in copy mode: another output plan, so nothing is reused.
-  PackOptions copy = Opts(Model(), out, ExpertsMode::kCopy);
+  PackOptions copy = Opts(Model(), out, prepared::ExpertsMode::kCopy);
   copy.resume = true;
   Result<PackResult> r = RunPack(D(), copy);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -672,7 +672,7 @@ TEST_F(PackTiny, CheckpointWithoutTokenizerPacksWithoutTokenizerDir) {
   Result<PackResult> r = RunPack(D(), Opts(model.path(), out));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(fs::exists(JoinPath(out, "tokenizer")));
-  for (const Region& reg : r->manifest.regions) EXPECT_NE(reg.file.rfind("tokenizer/", 0), 0u);
+  for (const prepared::Region& reg : r->manifest.regions) EXPECT_NE(reg.file.rfind("tokenizer/", 0), 0u);
   CheckAgainstSource(out, model.path());
 }
 
@@ -690,9 +690,9 @@ TEST_F(PackTiny, SubcommandParsesFlagsAndPacks) {
   ASSERT_TRUE(cmd->parsed());
   Status s = RunPackCommand(cmd);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  Result<PreparedDir> p = OpenPrepared(D(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(D(), dir);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  EXPECT_EQ(p->manifest.experts_mode, ExpertsMode::kCopy);
+  EXPECT_EQ(p->manifest.experts_mode, prepared::ExpertsMode::kCopy);
   EXPECT_TRUE(fs::exists(JoinPath(d0, "layer-001.bin")));
   EXPECT_TRUE(fs::exists(JoinPath(d1, "layer-001.bin")));
 }
@@ -707,7 +707,7 @@ TEST(PackSmall, LinkAndStripedCopyMatchTheSource) {
   Result<PackResult> a = RunPack(D(), Opts(model, link));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   CheckAgainstSource(link, model);
-  PackOptions o = Opts(model, t.Join("copy"), ExpertsMode::kCopy);
+  PackOptions o = Opts(model, t.Join("copy"), prepared::ExpertsMode::kCopy);
   o.stripe_dirs = {t.Join("d0"), t.Join("d1")};
   Result<PackResult> b = RunPack(D(), o);
   ASSERT_TRUE(b.ok()) << b.status().ToString();

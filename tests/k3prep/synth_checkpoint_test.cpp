@@ -1,6 +1,6 @@
 // k3prep synth end to end: generated checkpoints load with our safetensors and config readers,
 // agree with their index and layout, are deterministic, and failures write nothing.
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/synth/checkpoint.h"
 
 #include <omp.h>
 
@@ -15,9 +15,9 @@
 #include "formats/config.h"
 #include "formats/mxfp4.h"
 #include "formats/safetensors.h"
-#include "k3prep/synth_pipeline.h"
-#include "k3prep/synth_presets.h"
-#include "k3prep/synth_weights.h"
+#include "k3prep/synth/pipeline.h"
+#include "k3prep/synth/presets.h"
+#include "k3prep/synth/weights.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 

@@ -1,6 +1,6 @@
 // k3prep synth: presets, --set overrides and the layout (names, dtypes, shapes, placement),
 // checked against the released index and DESIGN.md §8's numbers (never against our own output).
-#include "k3prep/synth_layout.h"
+#include "k3prep/synth/layout.h"
 
 #include <cstdio>
 #include <map>
@@ -12,8 +12,8 @@
 
 #include "common/env.h"
 #include "k3prep/cli.h"
-#include "k3prep/synth_checkpoint.h"
-#include "k3prep/synth_presets.h"
+#include "k3prep/synth/checkpoint.h"
+#include "k3prep/synth/presets.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::synth {

@@ -1,7 +1,7 @@
 // Tests for k3prep/synth_tokenizer: the files `k3prep synth` writes parse with the strict
 // readers and carry the layout and added-token ids DESIGN.md §8 fixes. Expected ids below are
 // written out from DESIGN.md §8 (vocab − 256 + (released − 163584)), not computed by the code.
-#include "k3prep/synth_tokenizer.h"
+#include "k3prep/synth/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

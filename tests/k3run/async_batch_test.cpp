@@ -1,8 +1,8 @@
-// AsyncBatch (k3run/async_batch.h): Submit/Take hands back every request with its own status, a
+// AsyncBatch (k3run/stream/async_batch.h): Submit/Take hands back every request with its own status, a
 // failing request does not stop the others, batches queue behind one another (tickets count on,
 // a taken request is forgotten), and the destructor waits for every batch in flight (they write
 // into caller memory).
-#include "k3run/async_batch.h"
+#include "k3run/stream/async_batch.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// CacheTraceWriter (k3run/cache_trace.h) and scripts/cache-replay: the file format, atomic
+// CacheTraceWriter (k3run/stream/cache_trace.h) and scripts/cache-replay: the file format, atomic
 // writes, header validation, and the replay reproducing a real ExpertCache driven the way
 // StreamingWeights::WillUse drives it, plus hand-computed LRU/S3-FIFO/Belady numbers.
-#include "k3run/cache_trace.h"
+#include "k3run/stream/cache_trace.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "k3run/expert_cache.h"
+#include "k3run/stream/expert_cache.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
 

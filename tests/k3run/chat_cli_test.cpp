@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "k3run/chat_history.h"
-#include "k3run/tokenizer/tokenizer.h"
-#include "k3run/utf8.h"
+#include "k3run/text/chat_history.h"
+#include "k3run/text/tokenizer.h"
+#include "k3run/text/utf8.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/temp_dir.h"
 

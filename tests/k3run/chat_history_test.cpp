@@ -1,6 +1,6 @@
-// The JSONL chat history (k3run/chat_history.h): one test per reading rule with a malformed
+// The JSONL chat history (k3run/text/chat_history.h): one test per reading rule with a malformed
 // line, each asserting the file and line are named; round trip; atomic save under faults.
-#include "k3run/chat_history.h"
+#include "k3run/text/chat_history.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// The K3 chat template (k3run/chat_template.h) on the synth tokenizer: exact renderings written
+// The K3 chat template (k3run/text/chat_template.h) on the synth tokenizer: exact renderings written
 // by hand from ORIGINAL-ENGINE.md §6, injection attempts, and one test per completion rule.
-#include "k3run/chat_template.h"
+#include "k3run/text/chat_template.h"
 
 #include <gtest/gtest.h>
 

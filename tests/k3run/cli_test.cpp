@@ -31,13 +31,13 @@ bool Has(const std::string& hay, const std::string& needle) {
 }
 
 // The decoded experts.idx of a prepared directory (the test fails when it does not decode).
-prep::ExpertsIndex DecodedIndex(const std::string& dir) {
+prepared::ExpertsIndex DecodedIndex(const std::string& dir) {
   Result<std::string> bytes = ReadFileToString(Env::Default(), dir + "/experts.idx");
   EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
-  Result<prep::ExpertsIndex> idx =
-      prep::DecodeExpertsIndex(bytes.ok() ? *bytes : std::string(), "experts.idx");
+  Result<prepared::ExpertsIndex> idx =
+      prepared::DecodeExpertsIndex(bytes.ok() ? *bytes : std::string(), "experts.idx");
   EXPECT_TRUE(idx.ok()) << idx.status().ToString();
-  return idx.ok() ? *idx : prep::ExpertsIndex();
+  return idx.ok() ? *idx : prepared::ExpertsIndex();
 }
 
 // A private copy of the prepared directory a test may damage.
@@ -208,11 +208,11 @@ TEST(K3runCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
   const std::string dir = CopyPrepared(tmp);
   // Damage one byte of every expert of layer 1 (copy mode: experts/layer-001.bin), so whichever
   // experts routing picks fail their XXH3-64.
-  const prep::ExpertsIndex idx = DecodedIndex(dir);
+  const prepared::ExpertsIndex idx = DecodedIndex(dir);
   ASSERT_GT(idx.n_experts, 0u);
   std::fstream f;
   for (uint32_t e = 0; e < idx.n_experts; ++e) {
-    const prep::ExpertRecord& rec = idx.At(1, e);
+    const prepared::ExpertRecord& rec = idx.At(1, e);
     const std::string path = dir + "/" + idx.files[rec.file_id];
     f.open(path, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << path;
@@ -245,11 +245,11 @@ TEST(K3runCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
 TEST(K3runCli, ExpertsIndexPermutedWithinALayerIsUntrustedExit2) {
   test::TempDir tmp;
   const std::string dir = CopyPrepared(tmp);
-  prep::ExpertsIndex idx = DecodedIndex(dir);
+  prepared::ExpertsIndex idx = DecodedIndex(dir);
   ASSERT_GT(idx.n_experts, 1u);
-  const std::string original = prep::EncodeExpertsIndex(idx);
+  const std::string original = prepared::EncodeExpertsIndex(idx);
   std::swap(idx.records[idx.RecordIndex(1, 0)], idx.records[idx.RecordIndex(1, 1)]);
-  const std::string permuted = prep::EncodeExpertsIndex(idx);
+  const std::string permuted = prepared::EncodeExpertsIndex(idx);
   ASSERT_EQ(permuted.size(), original.size());
   ASSERT_NE(permuted, original);
   std::ofstream(dir + "/experts.idx", std::ios::binary | std::ios::trunc) << permuted;
@@ -306,7 +306,7 @@ TEST(K3runCli, StdoutBytesAreTheDecodedTokensInOrder) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   const nlohmann::json j = nlohmann::json::parse(Slurp(report));
   // The tokenizer's own bytes for each id, read independently of the engine's decoder.
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), TinyPreparedDir());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), TinyPreparedDir());
   ASSERT_TRUE(p.ok());
   std::string want;
   const std::string vocab_text = Slurp(TinyPreparedDir() + "/tokenizer/tiktoken.model");

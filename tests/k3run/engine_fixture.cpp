@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
-#include "k3run/generate.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
+#include "k3run/engine/generate.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::run::testing {
@@ -25,7 +25,7 @@ struct PresetDirs {
     prep::PackOptions p;
     p.model_dir = checkpoint;
     p.out = prepared;
-    p.experts = prep::ExpertsMode::kCopy;
+    p.experts = prepared::ExpertsMode::kCopy;
     p.jobs = 1;
     Result<prep::PackResult> pr = prep::RunPack(Env::Default(), p);
     if (!pr.ok()) ADD_FAILURE() << "pack: " << pr.status().ToString();
@@ -48,7 +48,7 @@ const std::string& SmallPreparedDir() {
 
 std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsOptions options) {
   auto e = std::make_unique<Engine>();
-  Result<prep::PreparedDir> p = prep::OpenPrepared(env, dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(env, dir);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (!p.ok()) return nullptr;
   e->prepared = std::move(p).value();

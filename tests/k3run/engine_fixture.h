@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "formats/prepared_manifest.h"
-#include "k3run/cli.h"
-#include "k3run/model.h"
-#include "k3run/weights.h"
+#include "k3run/app/cli.h"
+#include "k3run/engine/model.h"
+#include "k3run/weights/weights.h"
 
 namespace k3::run::testing {
 
@@ -24,7 +24,7 @@ const std::string& SmallPreparedDir();
 
 // An opened prepared directory plus its RamWeights.
 struct Engine {
-  prep::PreparedDir prepared;
+  prepared::PreparedDir prepared;
   std::unique_ptr<RamWeights> weights;
 };
 std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env = Env::Default(),

@@ -1,7 +1,7 @@
-// The floor (k3run/floor.h): ComputeFloor's arithmetic against hand-computed numbers, and the
+// The floor (k3run/app/floor.h): ComputeFloor's arithmetic against hand-computed numbers, and the
 // bandwidth probes on the tiny prepared directory (positive rates, the request sizes asked for,
 // option rules, read failures as a Status naming the file). No timing assertions beyond > 0.
-#include "k3run/floor.h"
+#include "k3run/app/floor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -117,10 +117,10 @@ TEST(ComputeFloor, NothingToDoHasNoBound) {
 
 // ---- ProbeBandwidths on the tiny prepared directory -----------------------------------------
 
-prep::PreparedDir OpenTiny() {
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), testing::TinyPreparedDir());
+prepared::PreparedDir OpenTiny() {
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), testing::TinyPreparedDir());
   EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return p.ok() ? std::move(p).value() : prep::PreparedDir{};
+  return p.ok() ? std::move(p).value() : prepared::PreparedDir{};
 }
 
 ProbeOptions Quick() {
@@ -130,14 +130,14 @@ ProbeOptions Quick() {
   return o;
 }
 
-uint64_t LargestRun(const prep::PreparedDir& p) {
+uint64_t LargestRun(const prepared::PreparedDir& p) {
   uint64_t m = 0;
-  for (const prep::TrunkRun& r : p.manifest.runs) m = std::max(m, r.length);
+  for (const prepared::TrunkRun& r : p.manifest.runs) m = std::max(m, r.length);
   return m;
 }
 
 TEST(ProbeBandwidths, TinyGivesPositiveRatesAndNamesTheBackend) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ASSERT_FALSE(p.experts.records.empty());
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, Quick());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
@@ -149,7 +149,7 @@ TEST(ProbeBandwidths, TinyGivesPositiveRatesAndNamesTheBackend) {
 }
 
 TEST(ProbeBandwidths, ForcePreadUsesThePreadPool) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ProbeOptions o = Quick();
   o.force_pread = true;
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, o);
@@ -158,7 +158,7 @@ TEST(ProbeBandwidths, ForcePreadUsesThePreadPool) {
 }
 
 TEST(ProbeBandwidths, RequestSizesAreTheOnesAsked) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ProbeOptions o = Quick();
   o.expert_queue_depth = 3;
   o.trunk_request_bytes = 8192;
@@ -166,12 +166,12 @@ TEST(ProbeBandwidths, RequestSizesAreTheOnesAsked) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->expert_queue_depth, 3);
   // One expert = one read of the whole record (the config's six sub-tensors).
-  EXPECT_EQ(b->expert_request_bytes, prep::ExpertBytes(p.manifest.config));
+  EXPECT_EQ(b->expert_request_bytes, prepared::ExpertBytes(p.manifest.config));
   EXPECT_EQ(b->trunk_request_bytes, 8192u);
 }
 
 TEST(ProbeBandwidths, TrunkRequestDefaultsToTheLargestRun) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, Quick());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_GT(LargestRun(p), 0u);
@@ -179,7 +179,7 @@ TEST(ProbeBandwidths, TrunkRequestDefaultsToTheLargestRun) {
 }
 
 TEST(ProbeBandwidths, TrunkRequestIsCappedAtTheLargestRun) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ProbeOptions o = Quick();
   o.trunk_request_bytes = uint64_t{1} << 30;
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, o);
@@ -188,7 +188,7 @@ TEST(ProbeBandwidths, TrunkRequestIsCappedAtTheLargestRun) {
 }
 
 TEST(ProbeBandwidths, ExpertQueueDepthIsClampedToTheRecordCount) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   const ModelConfig& c = p.manifest.config;
   const int records = c.n_moe_layers() * c.n_experts;  // from the config, not the index
   ProbeOptions o = Quick();
@@ -199,7 +199,7 @@ TEST(ProbeBandwidths, ExpertQueueDepthIsClampedToTheRecordCount) {
 }
 
 TEST(ProbeBandwidths, RestoresTheKernelThreadCount) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   const int before = kernels::Threads();
   ProbeOptions o = Quick();
   o.threads = before + 1;
@@ -210,7 +210,7 @@ TEST(ProbeBandwidths, RestoresTheKernelThreadCount) {
 
 // One test per option rule: each names the option.
 TEST(ProbeBandwidths, SecondsPerProbeMustBePositive) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   for (double s : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), 61.0}) {
     ProbeOptions o = Quick();
     o.seconds_per_probe = s;
@@ -223,7 +223,7 @@ TEST(ProbeBandwidths, SecondsPerProbeMustBePositive) {
 }
 
 TEST(ProbeBandwidths, ExpertQueueDepthMustBePositive) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ProbeOptions o = Quick();
   o.expert_queue_depth = 0;
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, o);
@@ -233,7 +233,7 @@ TEST(ProbeBandwidths, ExpertQueueDepthMustBePositive) {
 }
 
 TEST(ProbeBandwidths, ThreadsMustNotBeNegative) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ProbeOptions o = Quick();
   o.threads = -2;
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, o);
@@ -243,7 +243,7 @@ TEST(ProbeBandwidths, ThreadsMustNotBeNegative) {
 }
 
 TEST(ProbeBandwidths, ExpertFileIdWithoutPathIsInvalid) {
-  prep::PreparedDir p = OpenTiny();
+  prepared::PreparedDir p = OpenTiny();
   ASSERT_FALSE(p.experts.records.empty());
   p.experts.records[1].file_id = static_cast<uint32_t>(p.expert_paths.size());
   Result<Bandwidths> b = ProbeBandwidths(Env::Default(), p, Quick());
@@ -255,11 +255,11 @@ TEST(ProbeBandwidths, ExpertFileIdWithoutPathIsInvalid) {
 }
 
 TEST(ProbeBandwidths, ExpertReadEioNamesTheFileAndOffset) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   ASSERT_FALSE(p.experts.records.empty());
   // The last record: the probe reaches every record once before it stops (time allowing; the
   // generous bound makes that certain on a tiny model).
-  const prep::ExpertRecord& rec = p.experts.records.back();
+  const prepared::ExpertRecord& rec = p.experts.records.back();
   const std::string& path = p.expert_paths[rec.file_id];
   test::FaultEnv fault;
   fault.SetRule(path, test::FaultRule::EioAt(rec.offset + 1));
@@ -276,7 +276,7 @@ TEST(ProbeBandwidths, ExpertReadEioNamesTheFileAndOffset) {
 }
 
 TEST(ProbeBandwidths, MissingExpertFileNamesTheFile) {
-  prep::PreparedDir p = OpenTiny();
+  prepared::PreparedDir p = OpenTiny();
   ASSERT_FALSE(p.expert_paths.empty());
   const std::string missing = p.dir + "/experts/no-such-file.bin";
   for (std::string& path : p.expert_paths) path = missing;
@@ -287,10 +287,10 @@ TEST(ProbeBandwidths, MissingExpertFileNamesTheFile) {
 }
 
 TEST(ProbeBandwidths, TrunkReadEioNamesTheFileAndRun) {
-  const prep::PreparedDir p = OpenTiny();
+  const prepared::PreparedDir p = OpenTiny();
   // The largest run is read first.
-  const prep::TrunkRun* largest = &p.manifest.runs[0];
-  for (const prep::TrunkRun& r : p.manifest.runs) {
+  const prepared::TrunkRun* largest = &p.manifest.runs[0];
+  for (const prepared::TrunkRun& r : p.manifest.runs) {
     if (r.length > largest->length) largest = &r;
   }
   const std::string trunk = p.dir + "/trunk.bin";

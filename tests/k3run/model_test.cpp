@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "k3run/generate.h"
+#include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
-#include "k3run/model.h"
+#include "k3run/engine/model.h"
 #include "tests/k3run/engine_fixture.h"
 
 namespace k3::run::testing {

@@ -1,8 +1,8 @@
 // Memory plan numbers, computed by hand from MODEL.md §7's state description.
 #include <gtest/gtest.h>
 
-#include "k3run/plan.h"
-#include "k3prep/synth_presets.h"
+#include "k3run/stream/memory_plan.h"
+#include "k3prep/synth/presets.h"
 
 namespace k3::run {
 namespace {

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
-#include "k3run/model.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
+#include "k3run/engine/model.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/temp_dir.h"
 
@@ -65,7 +65,7 @@ class ReferenceGate : public ::testing::TestWithParam<std::string> {
     prep::PackOptions p;
     p.model_dir = checkpoint_;
     p.out = prepared_;
-    p.experts = prep::ExpertsMode::kLink;
+    p.experts = prepared::ExpertsMode::kLink;
     p.progress = ProgressMode::kNone;
     auto pr = prep::RunPack(Env::Default(), p);
     ASSERT_TRUE(pr.ok()) << pr.status().ToString();

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "k3run/report.h"
+#include "k3run/app/report.h"
 
 namespace k3::run {
 namespace {

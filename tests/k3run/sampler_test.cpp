@@ -1,6 +1,6 @@
-// The sampler (k3run/sampler.h): validation, greedy identity, determinism, and the shape of the
+// The sampler (k3run/engine/sampler.h): validation, greedy identity, determinism, and the shape of the
 // distribution (chi-square), top-k and top-p truncation.
-#include "k3run/sampler.h"
+#include "k3run/engine/sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "k3run/generate.h"
+#include "k3run/engine/generate.h"
 
 namespace k3::run {
 namespace {

@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "formats/prepared_layout.h"
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
-#include "k3run/cli.h"
-#include "k3run/generate.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
+#include "k3run/app/cli.h"
+#include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
-#include "k3run/plan.h"
-#include "k3run/streaming_plan.h"
-#include "k3run/streaming_weights.h"
+#include "k3run/stream/memory_plan.h"
+#include "k3run/stream/streaming_plan.h"
+#include "k3run/stream/streaming_weights.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
@@ -67,11 +67,11 @@ Output Run(Model* model, WeightSource* w, int64_t vocab, bool recompute, int64_t
   return out;
 }
 
-const prep::PreparedDir& Prepared() {
-  static const prep::PreparedDir p = [] {
-    Result<prep::PreparedDir> r = prep::OpenPrepared(Env::Default(), SmallPreparedDir());
+const prepared::PreparedDir& Prepared() {
+  static const prepared::PreparedDir p = [] {
+    Result<prepared::PreparedDir> r = prepared::OpenPrepared(Env::Default(), SmallPreparedDir());
     EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? std::move(r).value() : prep::PreparedDir{};
+    return r.ok() ? std::move(r).value() : prepared::PreparedDir{};
   }();
   return p;
 }
@@ -114,13 +114,13 @@ const StreamingPlan& Generous() {
 }
 
 uint64_t LmHeadBytes() {
-  const prep::Region* lm = Prepared().manifest.FindRegion(prep::kLmHeadName);
+  const prepared::Region* lm = Prepared().manifest.FindRegion(prepared::kLmHeadName);
   return lm == nullptr ? 0 : lm->length;
 }
 
 uint64_t TrunkAll() {
   uint64_t s = 0;
-  for (const prep::TrunkRun& r : Prepared().manifest.runs) s += r.length;
+  for (const prepared::TrunkRun& r : Prepared().manifest.runs) s += r.length;
   return s;
 }
 
@@ -407,7 +407,7 @@ TEST(StreamingLadderPlan, EveryPlanFitsItsBudgets) {
       EXPECT_LE(uint64_t(p.expert_slots) * p.expert_slot_bytes, p.cache_budget) << where;
       EXPECT_GE(p.expert_slots, c.topk + 1) << where;
       size_t streamed = 0;
-      for (const prep::TrunkRun& run : Prepared().manifest.runs) {
+      for (const prepared::TrunkRun& run : Prepared().manifest.runs) {
         if (std::find(p.pinned.begin(), p.pinned.end(), run.layer) != p.pinned.end()) continue;
         ++streamed;
         EXPECT_LE(run.length, p.ring_slot_bytes) << where << ": layer " << run.layer;
@@ -533,7 +533,7 @@ struct TruncatedCopy {
 // that holds everything after a one-step run, so every CLI run below reads it in step 0.
 struct Routed {
   int layer = -1, expert = -1;
-  prep::ExpertRecord rec;
+  prepared::ExpertRecord rec;
 };
 Routed FindFirstRoutedExpert() {
   Result<std::unique_ptr<StreamingWeights>> w =
@@ -564,10 +564,10 @@ const Routed& FirstRoutedExpert() {
 
 // The streamed (unpinned) layer run that lies last in trunk.bin at the minimum budget: read
 // mid-run by the ring, and cutting the file inside it damages no other run.
-const prep::TrunkRun* LastStreamedRun() {
+const prepared::TrunkRun* LastStreamedRun() {
   const StreamingPlan plan = Must(Plan(Minimum(CachePolicy::kS3Fifo)));
-  const prep::TrunkRun* last = nullptr;
-  for (const prep::TrunkRun& r : Prepared().manifest.runs) {
+  const prepared::TrunkRun* last = nullptr;
+  for (const prepared::TrunkRun& r : Prepared().manifest.runs) {
     if (std::find(plan.pinned.begin(), plan.pinned.end(), r.layer) == plan.pinned.end() &&
         (last == nullptr || r.offset > last->offset)) {
       last = &r;
@@ -591,9 +591,9 @@ TEST(StreamingFaultsSmall, TruncatedExpertFileRefusedAtStartNamingFile) {
 }
 
 TEST(StreamingFaultsSmall, TruncatedTrunkRefusedAtStartNamingFile) {
-  const prep::TrunkRun* run_t = LastStreamedRun();
+  const prepared::TrunkRun* run_t = LastStreamedRun();
   ASSERT_NE(run_t, nullptr);
-  TruncatedCopy copy(std::string(prep::kTrunkFile), run_t->offset + 8);
+  TruncatedCopy copy(std::string(prepared::kTrunkFile), run_t->offset + 8);
   const testing::CliRun run = RunCliArgs(MinimumArgs(copy.dir));
   EXPECT_EQ(run.exit_code, 2) << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("trunk.bin"), std::string::npos) << run.stderr_text;
@@ -633,11 +633,11 @@ TEST(StreamingFaultsSmall, ExpertFileShrinkingMidRunExitsFourNamingExpert) {
 // A trunk layer whose bytes end early: the forward pass cannot go on, exit 1 naming trunk.bin,
 // the layer and the offset.
 TEST(StreamingFaultsSmall, TrunkShrinkingMidRunExitsOneNamingLayer) {
-  const prep::TrunkRun* t = LastStreamedRun();
+  const prepared::TrunkRun* t = LastStreamedRun();
   ASSERT_NE(t, nullptr);
   ASSERT_GT(t->length, 8192u);
   ShrinksAfterCheckEnv env;  // cut one block into the run (trunk.bin is read with O_DIRECT)
-  env.SetRule(JoinPath(SmallPreparedDir(), std::string(prep::kTrunkFile)),
+  env.SetRule(JoinPath(SmallPreparedDir(), std::string(prepared::kTrunkFile)),
               test::FaultRule::Truncated(t->offset + 4096));
   CliIo io;
   io.env = &env;
@@ -670,7 +670,7 @@ TEST(StreamingFaultsSmall, ShortReadsOnExpertFileAreLoopedRunValid) {
 TEST(StreamingFaultsSmall, ShortReadsOnTrunkAreLoopedRunValid) {
   ASSERT_EQ(CleanRun().exit_code, 0) << CleanRun().stderr_text;
   test::FaultEnv env;
-  env.SetRule(JoinPath(SmallPreparedDir(), std::string(prep::kTrunkFile)),
+  env.SetRule(JoinPath(SmallPreparedDir(), std::string(prepared::kTrunkFile)),
               test::FaultRule::ShortReads(4096));
   CliIo io;
   io.env = &env;
@@ -682,18 +682,18 @@ TEST(StreamingFaultsSmall, ShortReadsOnTrunkAreLoopedRunValid) {
 // lm_head streamed through the ring: an EIO inside one of its chunks is exit 1 naming
 // resident.bin, lm_head (the chunk's rows) and the offset.
 TEST(StreamingFaultsSmall, LmHeadChunkEioExitsOneNamingResidentAndLmHead) {
-  const prep::Region* lm = Prepared().manifest.FindRegion(prep::kLmHeadName);
+  const prepared::Region* lm = Prepared().manifest.FindRegion(prepared::kLmHeadName);
   ASSERT_NE(lm, nullptr);
   ASSERT_FALSE(Must(Plan(Minimum(CachePolicy::kS3Fifo))).lm_head_held);
   test::FaultEnv env;
-  env.SetRule(JoinPath(SmallPreparedDir(), std::string(prep::kResidentFile)),
+  env.SetRule(JoinPath(SmallPreparedDir(), std::string(prepared::kResidentFile)),
               test::FaultRule::EioAt(lm->offset + lm->length / 2));
   CliIo io;
   io.env = &env;
   const testing::CliRun run = RunCliArgs(MinimumArgs(SmallPreparedDir()), io);
   EXPECT_EQ(run.exit_code, 1) << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("resident.bin"), std::string::npos) << run.stderr_text;
-  EXPECT_NE(run.stderr_text.find("reading " + std::string(prep::kLmHeadName) + " rows ["),
+  EXPECT_NE(run.stderr_text.find("reading " + std::string(prepared::kLmHeadName) + " rows ["),
             std::string::npos)
       << run.stderr_text;
   EXPECT_NE(run.stderr_text.find("byte offset " + std::to_string(lm->offset + lm->length / 2)),

@@ -1,5 +1,5 @@
 // ExpertCache: eviction order of LRU and S3-FIFO, pinning, refusal when everything is pinned.
-#include "k3run/expert_cache.h"
+#include "k3run/stream/expert_cache.h"
 
 #include <gtest/gtest.h>
 

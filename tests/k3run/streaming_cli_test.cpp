@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/prepared_manifest.h"
-#include "k3run/streaming_plan.h"
+#include "k3run/stream/streaming_plan.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/temp_dir.h"
 
@@ -30,7 +30,7 @@ using testing::RunCliArgs;
 using testing::TinyPreparedDir;
 
 StreamingPlan MinimumOf(const std::string& dir) {
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (!p.ok()) return {};
   BudgetRequest big;

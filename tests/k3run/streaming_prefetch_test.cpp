@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "k3run/cache_trace.h"
-#include "k3run/streaming_plan.h"
-#include "k3run/streaming_weights.h"
-#include "k3run/weights.h"
+#include "k3run/stream/cache_trace.h"
+#include "k3run/stream/streaming_plan.h"
+#include "k3run/stream/streaming_weights.h"
+#include "k3run/weights/weights.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
@@ -32,24 +32,24 @@ using testing::TinyPreparedDir;
 constexpr int kGuesses = 4;
 
 struct Tiny {
-  prep::PreparedDir p;
+  prepared::PreparedDir p;
   int layer = 0;  // a MoE layer whose trunk is pinned in the generous plan
   uint64_t record = 0;  // every tiny expert record has this length
 };
 
 Tiny OpenTiny() {
   Tiny t;
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), TinyPreparedDir());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), TinyPreparedDir());
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (!p.ok()) return t;
   t.p = std::move(p).value();
   t.layer = t.p.manifest.config.first_dense + 1;
   t.record = t.p.experts.records.at(0).length;
-  for (const prep::ExpertRecord& r : t.p.experts.records) EXPECT_EQ(r.length, t.record);
+  for (const prepared::ExpertRecord& r : t.p.experts.records) EXPECT_EQ(r.length, t.record);
   return t;
 }
 
-StreamingPlan Everything(const prep::PreparedDir& p) {
+StreamingPlan Everything(const prepared::PreparedDir& p) {
   BudgetRequest req;
   req.budget_gb = 1e6;
   Result<StreamingPlan> plan = PlanStreaming(p, req, 0);
@@ -57,7 +57,7 @@ StreamingPlan Everything(const prep::PreparedDir& p) {
   return plan.ok() ? *plan : StreamingPlan{};
 }
 
-std::unique_ptr<StreamingWeights> Open(Env* env, const prep::PreparedDir& p,
+std::unique_ptr<StreamingWeights> Open(Env* env, const prepared::PreparedDir& p,
                                        const StreamingPlan& plan, int guesses) {
   StreamingOptions o;
   o.prefetch_experts = guesses;
@@ -130,7 +130,7 @@ TEST(StreamingPrefetch, ClaimedGuessesAreUsedNotHitsAndTheRestAreUnused) {
 TEST(StreamingPrefetch, FailedGuessIsDroppedThenReadAgainWhenRouted) {
   Tiny t = OpenTiny();
   const int32_t bad = 5;
-  const prep::ExpertRecord& rec =
+  const prepared::ExpertRecord& rec =
       t.p.experts.At(static_cast<uint32_t>(t.layer), static_cast<uint32_t>(bad));
   test::FaultEnv env;
   env.SetRule(t.p.expert_paths[rec.file_id], test::FaultRule::EioAt(rec.offset + 1));

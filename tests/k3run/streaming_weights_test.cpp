@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
-#include "k3run/generate.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
+#include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
-#include "k3run/plan.h"
-#include "k3run/streaming_plan.h"
-#include "k3run/streaming_weights.h"
+#include "k3run/stream/memory_plan.h"
+#include "k3run/stream/streaming_plan.h"
+#include "k3run/stream/streaming_weights.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
@@ -63,7 +63,7 @@ Output Reference(const std::string& dir, int64_t gen) {
 }
 
 Output Streamed(const std::string& dir, const BudgetRequest& req, int64_t gen) {
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (!p.ok()) return {};
   Result<StreamingPlan> plan = PlanStreaming(*p, req, 0);
@@ -84,7 +84,7 @@ Output Streamed(const std::string& dir, const BudgetRequest& req, int64_t gen) {
 
 // The plan's minimum, computed from a generous plan of the same directory.
 StreamingPlan MinimumOf(const std::string& dir) {
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir);
   EXPECT_TRUE(p.ok());
   BudgetRequest big;
   big.budget_gb = 1e6;
@@ -194,7 +194,7 @@ TEST(StreamingSmall, MinimumBudgetBitIdenticalToRamWeights) {
 // --- the plan's rules ------------------------------------------------------------------------
 
 TEST(StreamingPlanRule, PinsLargestRunsFirstWithinTrunkBudget) {
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), TinyPreparedDir());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), TinyPreparedDir());
   ASSERT_TRUE(p.ok());
   const StreamingPlan min = MinimumOf(TinyPreparedDir());
   for (uint64_t extra : {uint64_t{0}, min.trunk_min / 2, min.trunk_min * 2}) {
@@ -203,7 +203,7 @@ TEST(StreamingPlanRule, PinsLargestRunsFirstWithinTrunkBudget) {
     Result<StreamingPlan> plan = PlanStreaming(*p, req, 0);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     uint64_t smallest_pinned = UINT64_MAX, largest_unpinned = 0;
-    for (const prep::TrunkRun& r : p->manifest.runs) {
+    for (const prepared::TrunkRun& r : p->manifest.runs) {
       bool pinned = false;
       for (int l : plan->pinned) pinned = pinned || l == r.layer;
       if (pinned) smallest_pinned = std::min(smallest_pinned, r.length);
@@ -218,7 +218,7 @@ TEST(StreamingPlanRule, PinsLargestRunsFirstWithinTrunkBudget) {
 }
 
 TEST(StreamingPlanRule, AutoPresetFollowsMemAvailable) {
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), TinyPreparedDir());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), TinyPreparedDir());
   ASSERT_TRUE(p.ok());
   BudgetRequest req;
   req.preset = "auto";
@@ -325,14 +325,14 @@ std::string MatrixBytes(const kernels::Matrix& m) {
 // returned (with the bytes RAM weights give) once its read is let go. Through both readers.
 void CheckExpertsPublishedOneByOne(bool force_pread) {
   const std::string& dir = TinyPreparedDir();
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   const ModelConfig& c = p->manifest.config;
   const int layer = c.first_dense;  // the first MoE layer
   std::vector<int32_t> wave = {0, 1, 2};
   // The io_uring reader reads descriptor-less (fault-injected) files one by one in request
   // order, which is file-offset order: hold back the LAST read, so the others can finish first.
-  auto rec = [&](int32_t e) -> const prep::ExpertRecord& {
+  auto rec = [&](int32_t e) -> const prepared::ExpertRecord& {
     return p->experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(e));
   };
   const int32_t held = *std::max_element(wave.begin(), wave.end(), [&](int32_t a, int32_t b) {
@@ -404,7 +404,7 @@ TEST(StreamingExperts, EachExpertUsableWhenItsOwnReadIsDoneThroughPreadPool) {
 
 TEST(StreamingFaults, ExpertEioSkipsCountsAndExitsFour) {
   const std::string& dir = TinyPreparedDir();
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir);
   ASSERT_TRUE(p.ok());
   // Find an expert the prompt routes to: run once and ask the cache what it holds.
   BudgetRequest req;
@@ -427,7 +427,7 @@ TEST(StreamingFaults, ExpertEioSkipsCountsAndExitsFour) {
     }
   }
   ASSERT_GE(layer, 0);
-  const prep::ExpertRecord& rec =
+  const prepared::ExpertRecord& rec =
       p->experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert));
   test::FaultEnv fault;
   fault.SetRule(p->expert_paths[rec.file_id], test::FaultRule::EioAt(rec.offset + 1));
@@ -447,7 +447,7 @@ TEST(StreamingFaults, ExpertEioSkipsCountsAndExitsFour) {
 
 TEST(StreamingFaults, TrunkEioExitsOneNamingFileAndOffset) {
   const std::string& dir = TinyPreparedDir();
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), dir);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir);
   ASSERT_TRUE(p.ok());
   const StreamingPlan min = MinimumOf(dir);
   BudgetRequest req;
@@ -456,8 +456,8 @@ TEST(StreamingFaults, TrunkEioExitsOneNamingFileAndOffset) {
   Result<StreamingPlan> plan = PlanStreaming(*p, req, 0);
   ASSERT_TRUE(plan.ok());
   // A layer the ring streams (not pinned): its read happens mid-run, not at start-up.
-  const prep::TrunkRun* target = nullptr;
-  for (const prep::TrunkRun& r : p->manifest.runs) {
+  const prepared::TrunkRun* target = nullptr;
+  for (const prepared::TrunkRun& r : p->manifest.runs) {
     bool pinned = false;
     for (int l : plan->pinned) pinned = pinned || l == r.layer;
     if (!pinned) target = &r;

@@ -1,9 +1,9 @@
-// TrunkRing (k3run/trunk_ring.h) against in-memory and fault-injecting files: walk order and
+// TrunkRing (k3run/stream/trunk_ring.h) against in-memory and fault-injecting files: walk order and
 // bytes over several passes, the read-ahead bound (invariant 1), resynchronisation on an
 // out-of-walk acquire (invariant 3), failed / short / truncated reads, and shutdown with a read
 // in flight. No timing assertions: the read-ahead bound is observed inside the reader's own PRead
 // calls, and the only sleeps are a few milliseconds that give the reader a chance to misbehave.
-#include "k3run/trunk_ring.h"
+#include "k3run/stream/trunk_ring.h"
 
 #include <gtest/gtest.h>
 

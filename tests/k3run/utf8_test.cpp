@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "k3run/utf8.h"
+#include "k3run/text/utf8.h"
 
 namespace k3::run {
 namespace {

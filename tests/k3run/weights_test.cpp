@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "formats/prepared_layout.h"
-#include "k3prep/pack.h"
-#include "k3prep/synth_checkpoint.h"
+#include "k3prep/pack/pack.h"
+#include "k3prep/synth/checkpoint.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/temp_dir.h"
@@ -16,7 +16,7 @@ namespace k3::run::testing {
 namespace {
 
 // Raw bytes of a region, read with the standard library (independent of RamWeights).
-std::string RegionBytes(const std::string& dir, const prep::Region& r) {
+std::string RegionBytes(const std::string& dir, const prepared::Region& r) {
   Result<std::string> all = ReadFileToString(Env::Default(), dir + "/" + r.file);
   EXPECT_TRUE(all.ok());
   return all->substr(r.offset, r.length);
@@ -25,8 +25,8 @@ std::string RegionBytes(const std::string& dir, const prep::Region& r) {
 TEST(RamWeights, SmallBf16VectorsAreWidenedExactly) {
   auto e = OpenEngine(TinyPreparedDir());
   ASSERT_NE(e, nullptr);
-  const std::string name = prep::LayerPrefix(1) + "input_layernorm.weight";
-  const prep::Region* r = e->prepared.manifest.FindRegion(name);
+  const std::string name = prepared::LayerPrefix(1) + "input_layernorm.weight";
+  const prepared::Region* r = e->prepared.manifest.FindRegion(name);
   ASSERT_NE(r, nullptr);
   ASSERT_EQ(r->dtype, DType::kBF16) << "synth --small-dtype mixed stores norm gains as BF16";
   const std::string raw = RegionBytes(TinyPreparedDir(), *r);
@@ -45,8 +45,8 @@ TEST(RamWeights, SmallBf16VectorsAreWidenedExactly) {
 TEST(RamWeights, EmbeddingRowIsTheTableRowWidened) {
   auto e = OpenEngine(TinyPreparedDir());
   ASSERT_NE(e, nullptr);
-  const prep::Region* r =
-      e->prepared.manifest.FindRegion(std::string(prep::kModelPrefix) + "embed_tokens.weight");
+  const prepared::Region* r =
+      e->prepared.manifest.FindRegion(std::string(prepared::kModelPrefix) + "embed_tokens.weight");
   ASSERT_NE(r, nullptr);
   const std::string raw = RegionBytes(TinyPreparedDir(), *r);
   const int32_t id = 1000;
@@ -64,9 +64,9 @@ TEST(RamWeights, EmbeddingRowIsTheTableRowWidened) {
 
 TEST(RamWeights, ExpertReadFailureIsRecordedWithLayerAndExpert) {
   test::FaultEnv env;
-  Result<prep::PreparedDir> p = prep::OpenPrepared(&env, TinyPreparedDir());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(&env, TinyPreparedDir());
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  const prep::ExpertRecord& rec = p->experts.At(2, 5);
+  const prepared::ExpertRecord& rec = p->experts.At(2, 5);
   env.SetRule(p->expert_paths[rec.file_id], test::FaultRule::EioAt(rec.offset + 7));
   Result<std::unique_ptr<RamWeights>> w = RamWeights::Open(&env, &*p);
   ASSERT_TRUE(w.ok());
@@ -101,7 +101,7 @@ TEST_P(SmallDType, CheckpointLoadsAndGenerates) {
   prep::PackOptions p;
   p.model_dir = s.out;
   p.out = tmp.Join("prep");
-  p.experts = prep::ExpertsMode::kLink;
+  p.experts = prepared::ExpertsMode::kLink;
   p.jobs = 1;
   Result<prep::PackResult> pr = prep::RunPack(Env::Default(), p);
   ASSERT_TRUE(pr.ok()) << pr.status().ToString();

@@ -29,10 +29,10 @@ class VerifyPreparedTest : public ::testing::Test {
     manifest_ = Open().manifest;
   }
 
-  prep::PreparedDir Open() {
-    Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), prep_.path());
+  prepared::PreparedDir Open() {
+    Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), prep_.path());
     EXPECT_TRUE(p.ok()) << p.status().ToString();
-    return p.ok() ? std::move(p).value() : prep::PreparedDir{};
+    return p.ok() ? std::move(p).value() : prepared::PreparedDir{};
   }
 
   PreparedReport Run(bool deep, Env* env = Env::Default(), std::string against = "",
@@ -49,15 +49,15 @@ class VerifyPreparedTest : public ::testing::Test {
     return r.ok() ? std::move(r).value() : PreparedReport{};
   }
 
-  const prep::Region& RegionNamed(const std::string& name) {
-    const prep::Region* r = manifest_.FindRegion(name);
+  const prepared::Region& RegionNamed(const std::string& name) {
+    const prepared::Region* r = manifest_.FindRegion(name);
     EXPECT_NE(r, nullptr) << name;
     return *r;
   }
 
   test::TempDir prep_;
   test::TempDir model_;
-  prep::Manifest manifest_;
+  prepared::Manifest manifest_;
 };
 
 TEST_F(VerifyPreparedTest, GoodCopyModePassesDeep) {
@@ -79,7 +79,7 @@ TEST_F(VerifyPreparedTest, GoodLinkModePassesDeep) {
 
 TEST_F(VerifyPreparedTest, StructureOnlyDoesNotReadRegionBytes) {
   Build(ExpertsMode::kCopy);
-  const prep::Region& reg = RegionNamed(test::L(2, "self_attn.q_proj.weight"));
+  const prepared::Region& reg = RegionNamed(test::L(2, "self_attn.q_proj.weight"));
   test::FlipByte(prep_.Join("trunk.bin"), reg.offset);
   PreparedReport r = Run(false);
   EXPECT_TRUE(r.Verdict().ok()) << RenderPreparedText(r);
@@ -91,7 +91,7 @@ TEST_F(VerifyPreparedTest, StructureOnlyDoesNotReadRegionBytes) {
 TEST_F(VerifyPreparedTest, FlippedTrunkLayerByteNamesRegionFileAndOffset) {
   Build(ExpertsMode::kCopy);
   const std::string name = test::L(2, "self_attn.q_proj.weight");
-  const prep::Region& reg = RegionNamed(name);
+  const prepared::Region& reg = RegionNamed(name);
   test::FlipByte(prep_.Join("trunk.bin"), reg.offset + 7);
   const Status v = Run(true).Verdict();
   EXPECT_EQ(v.code(), Code::kIntegrity);
@@ -104,7 +104,7 @@ TEST_F(VerifyPreparedTest, FlippedTrunkLayerByteNamesRegionFileAndOffset) {
 TEST_F(VerifyPreparedTest, FlippedResidentByteNamesRegion) {
   Build(ExpertsMode::kCopy);
   const std::string name = "language_model.lm_head.weight";
-  const prep::Region& reg = RegionNamed(name);
+  const prepared::Region& reg = RegionNamed(name);
   test::FlipByte(prep_.Join("resident.bin"), reg.offset + reg.length - 1);
   const Status v = Run(true).Verdict();
   EXPECT_EQ(v.code(), Code::kIntegrity);
@@ -115,8 +115,8 @@ TEST_F(VerifyPreparedTest, FlippedResidentByteNamesRegion) {
 // (c)
 TEST_F(VerifyPreparedTest, FlippedCopyModeExpertByteNamesLayerAndExpert) {
   Build(ExpertsMode::kCopy);
-  const prep::PreparedDir p = Open();
-  const prep::ExpertRecord& rec = p.experts.At(2, 3);
+  const prepared::PreparedDir p = Open();
+  const prepared::ExpertRecord& rec = p.experts.At(2, 3);
   const std::string path = p.expert_paths[rec.file_id];
   test::FlipByte(path, rec.offset + 100);
   const PreparedReport r = Run(true);
@@ -131,8 +131,8 @@ TEST_F(VerifyPreparedTest, FlippedCopyModeExpertByteNamesLayerAndExpert) {
 // (d)
 TEST_F(VerifyPreparedTest, FlippedExpertByteInsideLinkModeShardNamesLayerAndExpert) {
   Build(ExpertsMode::kLink);
-  const prep::PreparedDir p = Open();
-  const prep::ExpertRecord& rec = p.experts.At(3, 1);
+  const prepared::PreparedDir p = Open();
+  const prepared::ExpertRecord& rec = p.experts.At(3, 1);
   test::FlipByte(model_.Join("model.safetensors"), rec.offset + 5);
   const Status v = Run(true).Verdict();
   EXPECT_EQ(v.code(), Code::kIntegrity);
@@ -174,7 +174,7 @@ TEST_F(VerifyPreparedTest, InvalidManifestMatchingItsSumIsInvalid) {
   Build(ExpertsMode::kCopy);
   const std::string text = "{\"format\":\"k3-prepared\"}\n";
   test::WriteBytes(prep_.Join("k3.json"), text);
-  test::WriteBytes(prep_.Join("k3.sum"), prep::RenderSumLine(text));
+  test::WriteBytes(prep_.Join("k3.sum"), prepared::RenderSumLine(text));
   const Status v = Run(false).Verdict();
   EXPECT_EQ(v.code(), Code::kInvalid);
   EXPECT_THAT(v.message(), HasSubstr("k3.json"));
@@ -183,7 +183,7 @@ TEST_F(VerifyPreparedTest, InvalidManifestMatchingItsSumIsInvalid) {
 TEST_F(VerifyPreparedTest, TruncatedTrunkNamesTheFileAndStillChecksTheRest) {
   Build(ExpertsMode::kCopy);
   // A damaged expert too: the audit must not stop at the first problem.
-  const prep::ExpertRecord rec = Open().experts.At(1, 0);
+  const prepared::ExpertRecord rec = Open().experts.At(1, 0);
   const uint64_t size = fs::file_size(prep_.Join("trunk.bin"));
   fs::resize_file(prep_.Join("trunk.bin"), size - 4096);
   test::FlipByte(prep_.Join("experts/layer-001.bin"), rec.offset);
@@ -223,11 +223,11 @@ TEST_F(VerifyPreparedTest, ModelDirRelocatesLinkModeShards) {
 
 TEST_F(VerifyPreparedTest, EveryProblemIsReportedNotJustTheFirst) {
   Build(ExpertsMode::kCopy);
-  const prep::Region& a = RegionNamed(test::L(0, "mlp.gate_proj.weight"));
-  const prep::Region& b = RegionNamed(test::L(3, "self_attn.o_proj.weight"));
+  const prepared::Region& a = RegionNamed(test::L(0, "mlp.gate_proj.weight"));
+  const prepared::Region& b = RegionNamed(test::L(3, "self_attn.o_proj.weight"));
   test::FlipByte(prep_.Join("trunk.bin"), a.offset);
   test::FlipByte(prep_.Join("trunk.bin"), b.offset);
-  const prep::ExpertRecord rec = Open().experts.At(3, 3);
+  const prepared::ExpertRecord rec = Open().experts.At(3, 3);
   test::FlipByte(prep_.Join("experts/layer-003.bin"), rec.offset + rec.length - 1);
   const PreparedReport r = Run(true);
   ASSERT_EQ(r.problems.size(), 3u) << RenderPreparedText(r);
@@ -311,7 +311,7 @@ TEST_F(VerifyAgainstTest, CopyModeMatchesItsCheckpoint) {
   const PreparedReport r = Run();
   EXPECT_TRUE(r.Verdict().ok()) << RenderPreparedText(r);
   // Every trunk/resident region and the tokenizer file, plus the 12 experts, were compared.
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), prep_.path());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), prep_.path());
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(r.items_compared, p->manifest.regions.size() - 1 + 12);
 }
@@ -340,7 +340,7 @@ TEST_F(VerifyAgainstTest, SourceChangedAfterPackingNamesFirstDifferingByte) {
 
 TEST_F(VerifyAgainstTest, ExpertSubTensorDifferenceNamesLayerExpertAndTensor) {
   Pack(ExpertsMode::kCopy);
-  const std::string name = prep::ExpertTensorName(2, 1, 3);  // w2.weight_scale
+  const std::string name = prepared::ExpertTensorName(2, 1, 3);  // w2.weight_scale
   const auto& loc = Source(name);
   test::FlipByte(loc.shard->path, loc.file_offset() + 2);
   const PreparedReport r = Run();

@@ -201,9 +201,9 @@ TEST_F(VerifyTensorsTest, ChangedSampleFailsNamingTheIndex) {
 TEST_F(VerifyTensorsTest, FlippedPreparedExpertByteFailsTheMxfp4Entry) {
   test::PackTiny(model_.path(), prep_.path(), ExpertsMode::kCopy);
   const std::string fx = Emit();
-  Result<prep::PreparedDir> p = prep::OpenPrepared(Env::Default(), prep_.path());
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), prep_.path());
   ASSERT_TRUE(p.ok());
-  const prep::ExpertRecord& rec = p->experts.At(1, 2);
+  const prepared::ExpertRecord& rec = p->experts.At(1, 2);
   test::FlipByte(p->expert_paths[rec.file_id], rec.offset);  // w1 packed byte 0: sample 0
   const TensorsReport r = Run(prep_.path(), fx, "");
   const std::string w1 = "language_model.model.layers.1.block_sparse_moe.experts.2.w1";

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/env.h"
-#include "k3prep/synth_tokenizer.h"
-#include "k3run/tokenizer/tokenizer.h"
+#include "k3prep/synth/tokenizer.h"
+#include "k3run/text/tokenizer.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "k3run/tokenizer/bpe.h"
+#include "k3run/text/bpe.h"
 #include "test_vocab.h"
 
 namespace k3::tok {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/env.h"
-#include "k3prep/synth_tokenizer.h"
-#include "k3run/tokenizer/text_split.h"
-#include "k3run/tokenizer/tokenizer.h"
+#include "k3prep/synth/tokenizer.h"
+#include "k3run/text/text_split.h"
+#include "k3run/text/tokenizer.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::tok {

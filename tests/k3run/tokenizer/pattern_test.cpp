@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/env.h"
-#include "k3run/tokenizer/pattern.h"
-#include "k3run/tokenizer/pretokenizer.h"
-#include "k3run/tokenizer/tokenizer.h"
+#include "k3run/text/pattern.h"
+#include "k3run/text/pretokenizer.h"
+#include "k3run/text/tokenizer.h"
 
 namespace k3::tok {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "k3run/tokenizer/text_split.h"
+#include "k3run/text/text_split.h"
 
 namespace k3::tok {
 namespace {

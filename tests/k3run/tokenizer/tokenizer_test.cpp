@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/env.h"
-#include "k3prep/synth_tokenizer.h"
-#include "k3run/tokenizer/tokenizer.h"
+#include "k3prep/synth/tokenizer.h"
+#include "k3run/text/tokenizer.h"
 #include "test_vocab.h"
 #include "tests/support/temp_dir.h"
 

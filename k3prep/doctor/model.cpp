@@ -1,0 +1,95 @@
+#include "k3prep/doctor/model.h"
+
+#include <algorithm>
+
+#include "formats/download_manifest.h"
+#include "formats/prepared_manifest.h"
+
+namespace k3::prep {
+namespace {
+
+std::string Parent(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string ModelShape(const ModelConfig& c) {
+  return std::to_string(c.n_layers) + " layers, hidden " + std::to_string(c.hidden) + ", " +
+         std::to_string(c.n_experts) + " experts × " + std::to_string(c.n_moe_layers()) +
+         " MoE layers, top-" + std::to_string(c.topk);
+}
+
+void InspectPrepared(Env* env, const std::string& dir, ModelReport* m) {
+  m->kind = ModelKind::kPrepared;
+  prepared::OpenOptions open;
+  // Link-mode shards may sit on another disk or be unmounted right now; the doctor still
+  // reports what it can, and k3verify prepared checks the files.
+  open.check_expert_files = false;
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(env, dir, open);
+  if (!p.ok()) {
+    m->problem = p.status().ToString();
+    m->summary = "prepared directory (k3.json) that does not open";
+    return;
+  }
+  const ModelConfig& c = p->manifest.config;
+  uint64_t largest = 0;
+  for (const prepared::ExpertRecord& r : p->experts.records) largest = std::max(largest, r.length);
+  m->expert_bytes = largest;
+  m->floor = FloorOf(p->manifest.runs, largest, c.topk, !p->experts.records.empty());
+  if (!p->expert_paths.empty()) m->expert_dir = Parent(p->expert_paths.front());
+  m->summary = "prepared directory (format " + std::to_string(prepared::kManifestVersion) + ", experts " +
+               prepared::ExpertsModeName(p->manifest.experts_mode) + "): " + ModelShape(c);
+}
+
+void InspectCheckpoint(Env* env, const std::string& dir, ModelReport* m) {
+  m->kind = ModelKind::kCheckpoint;
+  m->expert_dir = dir;
+  Result<ModelConfig> c = LoadModelConfig(env, JoinPath(dir, kConfigFile));
+  if (!c.ok()) {
+    m->problem = c.status().ToString();
+    m->summary = "checkpoint whose config.json does not load";
+    return;
+  }
+  m->summary = "checkpoint: " + ModelShape(*c);
+  if (c->n_experts > 0 && c->n_moe_layers() > 0) m->expert_bytes = prepared::ExpertBytes(*c);
+  Result<BudgetFloor> f = FloorFromCheckpoint(env, dir, *c);
+  if (!f.ok()) {
+    m->problem = f.status().ToString();
+    return;
+  }
+  m->floor = *f;
+}
+
+bool HasShards(Env* env, const std::string& dir) {
+  Result<std::vector<DirEntry>> entries = env->ListDir(dir);
+  if (!entries.ok()) return false;
+  return std::any_of(entries->begin(), entries->end(), [](const DirEntry& e) {
+    const std::string ext = ".safetensors";
+    return !e.is_dir && e.name.size() > ext.size() &&
+           e.name.compare(e.name.size() - ext.size(), ext.size(), ext) == 0;
+  });
+}
+
+}  // namespace
+
+ModelReport InspectModelDir(Env* env, const std::string& dir) {
+  ModelReport m;
+  const std::string download = JoinPath(dir, std::string(dl::kFileName));
+  if (env->Exists(download)) {
+    Result<dl::DownloadManifest> d = dl::LoadDownloadManifest(env, download);
+    if (d.ok()) m.download_repo = d->repo;
+  }
+  if (env->Exists(JoinPath(dir, std::string(prepared::kManifestFile)))) {
+    InspectPrepared(env, dir, &m);
+  } else if (env->Exists(JoinPath(dir, kConfigFile)) &&
+             (env->Exists(JoinPath(dir, kIndexFile)) || HasShards(env, dir))) {
+    InspectCheckpoint(env, dir, &m);
+  } else {
+    m.summary = "no model (neither k3.json nor config.json with safetensors shards)";
+    if (!m.download_repo.empty()) m.summary += "; an unfinished download of " + m.download_repo;
+  }
+  return m;
+}
+
+}  // namespace k3::prep

@@ -1,0 +1,174 @@
+#include "k3run/app/chat_session.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "k3run/text/chat_history.h"
+#include "k3run/text/utf8.h"
+
+namespace k3::run {
+
+Result<GenerateResult> GenerateWithSampler(Model* model, WeightSource* weights,
+                                           const GenerateOptions& o, Sampler* sampler,
+                                           const StepCallback& on_step) {
+  if (sampler == nullptr || sampler->greedy()) return Generate(model, weights, o, on_step);
+  GenerateOptions sampled = o;
+  sampled.choose = [sampler](const float* logits, int64_t vocab) {
+    return sampler->Next(logits, vocab);
+  };
+  return Generate(model, weights, sampled, on_step);
+}
+
+namespace {
+
+const char kHelp[] =
+    "commands: /help (this text), /reset (forget the conversation, keep the system message), "
+    "/exit (or end of input). Anything else is your message.\n";
+
+class Session {
+ public:
+  Session(Model* model, WeightSource* weights, const tok::Tokenizer& tok,
+          const ChatTemplate& tmpl, const ChatOptions& o, const ChatIo& io)
+      : model_(model), weights_(weights), tok_(tok), tmpl_(tmpl), o_(o), io_(io) {}
+
+  Status Run() {
+    K3_RETURN_IF_ERROR(LoadInitial());
+    if (!messages_.empty() && messages_.back().role == "user") {
+      Note("resuming the unanswered user turn of " + o_.history_path + "\n");
+      K3_RETURN_IF_ERROR(Turn());
+    }
+    Note(std::string("chat: ") + (o_.tmpl.thinking ? "thinking_effort=" + o_.tmpl.effort
+                                                    : std::string("thinking off")) +
+         ", " + (o_.sampling.sampling() ? "sampling" : "greedy") + ", /help for commands\n");
+    while (true) {
+      Note("> ");
+      std::optional<std::string> line = io_.read_line();
+      if (!line) {
+        Note("\n");  // end the "> " prompt line at end of input
+        break;
+      }
+      if (!line->empty() && line->back() == '\r') line->pop_back();
+      if (line->find_first_not_of(" \t") == std::string::npos) continue;
+      if (*line == "/exit") break;
+      if (*line == "/help") {
+        Note(kHelp);
+        continue;
+      }
+      if (*line == "/reset") {
+        messages_ = initial_;
+        K3_RETURN_IF_ERROR(Save());
+        Note("conversation reset\n");
+        continue;
+      }
+      if ((*line)[0] == '/') {
+        Note("unknown command " + *line + "; " + kHelp);
+        continue;
+      }
+      // Typed bytes that are not UTF-8 are replaced before encoding (DESIGN.md §6 "Text").
+      messages_.push_back({"user", SanitizeUtf8(*line), ""});
+      K3_RETURN_IF_ERROR(Turn());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  void Note(const std::string& s) const {
+    if (io_.write_stderr) io_.write_stderr(s);
+  }
+
+  Status LoadInitial() {
+    if (!o_.history_path.empty()) {
+      K3_ASSIGN_OR_RETURN(messages_, LoadHistory(io_.env, o_.history_path));
+    }
+    if (o_.system) {
+      const bool has_system = !messages_.empty() && messages_[0].role == "system";
+      if (messages_.empty()) {
+        messages_.push_back({"system", SanitizeUtf8(*o_.system), ""});
+      } else if (!has_system || messages_[0].content != *o_.system) {
+        return Status::Invalid("--system disagrees with the first message of " +
+                               o_.history_path + " (" +
+                               (has_system ? "a different system message" : "no system message") +
+                               "); drop --system to continue that conversation, or use a new "
+                               "--history file");
+      }
+    }
+    if (!messages_.empty() && messages_[0].role == "system") initial_ = {messages_[0]};
+    return Status::Ok();
+  }
+
+  Status Save() {
+    if (o_.history_path.empty()) return Status::Ok();
+    return SaveHistory(io_.env, o_.history_path, messages_);
+  }
+
+  Status Turn() {
+    const std::vector<int32_t> prompt = tmpl_.Render(messages_, o_.tmpl, true);
+    const auto P = static_cast<int64_t>(prompt.size());
+    if (PositionsNeeded(P, o_.gen) > o_.max_positions) {
+      Note("the conversation (" + std::to_string(P) + " ids) plus --gen " +
+           std::to_string(o_.gen) + " exceeds the " + std::to_string(o_.max_positions) +
+           " planned positions; the message was dropped: /reset or lower --gen\n");
+      messages_.pop_back();
+      return Status::Ok();
+    }
+    if (o_.progress) Note("[" + std::to_string(P) + " prompt ids]\n");
+    const ChatIds& c = tmpl_.ids();
+    GenerateOptions g;
+    g.prompt = prompt;
+    g.gen = o_.gen;
+    g.stop_ids = {c.end_of_msg, c.eos};
+    Sampler sampler(o_.sampling, o_.seed, turn_ + 1);
+    ++turn_;
+    Utf8Chunker chunker;
+    bool in_tag = false;  // between <|open|>/<|close|> and <|sep|>: a tag name, not text
+    auto on_step = [&](const StepRecord& s, const float*) -> Status {
+      if (s.token < 0) return Status::Ok();
+      if (s.token == c.open || s.token == c.close) {
+        in_tag = true;
+      } else if (s.token == c.sep) {
+        in_tag = false;
+      } else if (!in_tag && !tmpl_.IsControl(s.token)) {
+        const std::string ready = chunker.Push(tok_.TokenBytes(s.token));
+        if (!ready.empty()) K3_RETURN_IF_ERROR(io_.write_stdout(ready));
+      }
+      return Status::Ok();
+    };
+    K3_ASSIGN_OR_RETURN(GenerateResult r,
+                        GenerateWithSampler(model_, weights_, g, &sampler, on_step));
+    K3_RETURN_IF_ERROR(io_.write_stdout(chunker.Flush() + "\n"));
+    Result<Completion> parsed = tmpl_.Parse(r.generated, o_.tmpl.thinking);
+    ChatMessage reply{"assistant", "", ""};
+    if (parsed.ok()) {
+      reply.content = SanitizeUtf8(parsed->content);
+      reply.reasoning = SanitizeUtf8(parsed->reasoning);
+    } else {
+      Note("warning: " + parsed.status().message() + "; the reply is kept as plain text\n");
+      std::vector<int32_t> text;
+      for (int32_t id : r.generated) {
+        if (!tmpl_.IsControl(id)) text.push_back(id);
+      }
+      reply.content = SanitizeUtf8(tok_.Decode(text));
+    }
+    messages_.push_back(std::move(reply));
+    return Save();
+  }
+
+  Model* model_;
+  WeightSource* weights_;
+  const tok::Tokenizer& tok_;
+  const ChatTemplate& tmpl_;
+  const ChatOptions& o_;
+  const ChatIo& io_;
+  std::vector<ChatMessage> messages_;
+  std::vector<ChatMessage> initial_;
+  uint64_t turn_ = 0;
+};
+
+}  // namespace
+
+Status RunChatSession(Model* model, WeightSource* weights, const tok::Tokenizer& tok,
+                      const ChatTemplate& tmpl, const ChatOptions& o, const ChatIo& io) {
+  return Session(model, weights, tok, tmpl, o, io).Run();
+}
+
+}  // namespace k3::run

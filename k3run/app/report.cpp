@@ -1,0 +1,369 @@
+#include "k3run/app/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "common/progress.h"
+#include "k3run/text/utf8.h"
+
+namespace k3::run {
+namespace {
+
+using nlohmann::json;
+
+json BytesJson(const ReadCounters& c) {
+  return json{{"trunk", c.trunk},     {"experts", c.experts},
+              {"embedding", c.embedding}, {"lm_head", c.lm_head},
+              {"head", c.head},       {"prefetch_unused", c.prefetch_unused},
+              {"total", c.total()}};
+}
+
+// What a set of steps adds up to.
+struct Totals {
+  ReadCounters bytes;
+  SourceCounters source;
+  double seconds = 0;
+  size_t steps = 0;
+  void Add(const StepRecord& s) {
+    bytes += s.bytes;
+    source += s.source;
+    seconds += s.seconds;
+    ++steps;
+  }
+};
+
+Totals AllSteps(const std::vector<StepRecord>& steps) {
+  Totals t;
+  for (const StepRecord& s : steps) t.Add(s);
+  return t;
+}
+
+// The steps that measure "a token": decode steps (index ≥ 1), or the only step there is.
+Totals DecodeSteps(const std::vector<StepRecord>& steps) {
+  Totals t;
+  for (const StepRecord& s : steps) {
+    if (s.index >= 1) t.Add(s);
+  }
+  if (t.steps == 0 && !steps.empty()) t.Add(steps.front());
+  return t;
+}
+
+json NullableRate(uint64_t num, uint64_t den) {
+  return den == 0 ? json(nullptr) : json(double(num) / double(den));
+}
+
+json PlanJson(const StreamingPlan& p) {
+  return json{{"trunk_budget_bytes", p.trunk_budget},
+              {"cache_budget_bytes", p.cache_budget},
+              {"pinned_layers", p.pinned},
+              {"pinned_bytes", p.pinned_bytes},
+              {"ring_slots", p.ring_slots},
+              {"ring_slot_bytes", p.ring_slot_bytes},
+              {"expert_slots", p.expert_slots},
+              {"expert_slot_bytes", p.expert_slot_bytes},
+              {"lm_head_held", p.lm_head_held},
+              {"lm_head_chunk_rows", p.lm_head_chunk_rows},
+              {"policy", CachePolicyName(p.policy)},
+              {"trunk_min_bytes", p.trunk_min},
+              {"cache_min_bytes", p.cache_min},
+              {"weights_bytes", p.bytes()}};
+}
+
+}  // namespace
+
+PerToken MeasurePerToken(const RunReport& r) {
+  PerToken t;
+  const Totals d = DecodeSteps(r.steps);
+  if (d.steps == 0) return t;
+  const double n = double(d.steps);
+  t.trunk_bytes = double(d.bytes.trunk) / n;
+  t.lm_head_bytes = double(d.bytes.lm_head) / n;
+  t.expert_bytes = double(d.bytes.experts) / n;
+  t.other_bytes = double(d.bytes.embedding + d.bytes.head) / n;
+  const double requests = double(d.source.expert_requests) / n;
+  t.weight_bytes_used = double(r.weights_used_per_pass) + requests * double(r.expert_record_bytes);
+  // bf16 trunk and lm_head: 2 bytes per weight; MXFP4 experts: 17 bytes per 32 weights.
+  t.multiply_adds = double(r.weights_used_per_pass) / 2 +
+                    requests * double(r.expert_record_bytes) * 32.0 / 17.0;
+  return t;
+}
+
+std::optional<FloorResult> RunFloor(const RunReport& r) {
+  if (!r.bandwidths || r.generated_ids.empty()) return std::nullopt;
+  const Totals d = DecodeSteps(r.steps);
+  if (d.steps == 0) return std::nullopt;
+  FloorResult f;
+  f.per_token = MeasurePerToken(r);
+  f.floor = ComputeFloor(f.per_token, *r.bandwidths);
+  f.seconds_per_token = d.seconds / double(d.steps);
+  f.time_over_floor = f.floor.floor_s > 0 ? f.seconds_per_token / f.floor.floor_s : 0;
+  return f;
+}
+
+std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r) {
+  if (r.generated_ids.empty()) return std::nullopt;
+  const Totals all = AllSteps(r.steps);
+  const Totals d = DecodeSteps(r.steps);
+  const ReadCounters& b = d.bytes;
+  if (d.steps == 0 || all.source.io_busy_seconds <= 0 || all.bytes.total() == 0 ||
+      b.trunk + b.lm_head + b.experts == 0) {
+    return std::nullopt;
+  }
+  const double n = double(d.steps);
+  OwnRateFloor f;
+  f.read_bytes_per_s = double(all.bytes.total()) / all.source.io_busy_seconds;
+  f.needed_bytes_per_token = double(b.total() - b.prefetch_unused) / n;
+  f.floor_s = f.needed_bytes_per_token / f.read_bytes_per_s;
+  f.seconds_per_token = d.seconds / n;
+  f.time_over_floor = f.seconds_per_token / f.floor_s;
+  return f;
+}
+
+std::string RenderReportJson(const RunReport& r) {
+  json steps = json::array();
+  for (const StepRecord& s : r.steps) {
+    steps.push_back(json{{"index", s.index},
+                         {"tokens_in", s.tokens_in},
+                         {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
+                         {"seconds", s.seconds},
+                         {"tokens_per_s", s.seconds > 0 ? json(double(s.tokens_in) / s.seconds)
+                                                        : json(nullptr)},
+                         {"bytes_read", BytesJson(s.bytes)},
+                         {"expert_requests", s.source.expert_requests},
+                         {"expert_hits", s.source.expert_hits},
+                         {"expert_hit_rate",
+                          NullableRate(s.source.expert_hits, s.source.expert_requests)},
+                         {"expert_guesses", s.source.expert_guesses},
+                         {"expert_guesses_used", s.source.expert_guesses_used},
+                         {"io_busy_s", s.source.io_busy_seconds},
+                         {"io_wait_s", s.source.io_wait_seconds}});
+  }
+  json failures = json::array();
+  for (const ExpertFailure& f : r.failures) {
+    failures.push_back(json{{"layer", f.layer}, {"expert", f.expert}, {"reason", f.reason}});
+  }
+  const Totals all = AllSteps(r.steps);
+  const double secs = all.seconds;
+  const size_t n_gen = r.generated_ids.size();
+  const double busy = all.source.io_busy_seconds, wait = all.source.io_wait_seconds;
+  const Totals decode = DecodeSteps(r.steps);
+  const uint64_t nd = std::max<uint64_t>(decode.steps, 1);
+  const ReadCounters& db = decode.bytes;
+  const ReadCounters per_token{db.trunk / nd,   db.experts / nd, db.embedding / nd,
+                               db.lm_head / nd, db.head / nd,    db.prefetch_unused / nd};
+  json floor = nullptr;
+  if (std::optional<FloorResult> f = RunFloor(r)) {
+    const Bandwidths& b = *r.bandwidths;
+    floor = json{{"bandwidths",
+                  json{{"expert_bytes_per_s", b.expert_bytes_per_s},
+                       {"expert_request_bytes", b.expert_request_bytes},
+                       {"expert_queue_depth", b.expert_queue_depth},
+                       {"trunk_bytes_per_s", b.trunk_bytes_per_s},
+                       {"trunk_request_bytes", b.trunk_request_bytes},
+                       {"combined_bytes_per_s", b.combined_bytes_per_s},
+                       {"memory_bytes_per_s", b.memory_bytes_per_s},
+                       {"kernel_flops_per_s", b.kernel_flops_per_s},
+                       {"backend", b.backend}}},
+                 {"per_token",
+                  json{{"trunk_bytes", f->per_token.trunk_bytes},
+                       {"lm_head_bytes", f->per_token.lm_head_bytes},
+                       {"expert_bytes", f->per_token.expert_bytes},
+                       {"other_bytes", f->per_token.other_bytes},
+                       {"weight_bytes_used", f->per_token.weight_bytes_used},
+                       {"multiply_adds", f->per_token.multiply_adds}}},
+                 {"disk_s", f->floor.disk_s},
+                 {"memory_s", f->floor.memory_s},
+                 {"compute_s", f->floor.compute_s},
+                 {"floor_s", f->floor.floor_s},
+                 {"bound", f->floor.bound},
+                 {"seconds_per_token", f->seconds_per_token},
+                 {"time_over_floor", f->time_over_floor}};
+  }
+  json own_rate_floor = nullptr;
+  if (std::optional<OwnRateFloor> o = RunOwnRateFloor(r)) {
+    own_rate_floor = json{{"read_bytes_per_s", o->read_bytes_per_s},
+                          {"needed_bytes_per_token", o->needed_bytes_per_token},
+                          {"floor_s", o->floor_s},
+                          {"seconds_per_token", o->seconds_per_token},
+                          {"time_over_floor", o->time_over_floor}};
+  }
+  json streaming = nullptr;
+  if (r.streaming_plan) {
+    const StreamingStats& st = r.streaming_stats;
+    streaming = json{{"plan", PlanJson(*r.streaming_plan)},
+                     {"stats", json{{"expert_requests", st.expert_requests},
+                                    {"expert_hits", st.expert_hits},
+                                    {"expert_reads", st.expert_reads},
+                                    {"expert_evictions", st.expert_evictions},
+                                    {"waves", st.waves},
+                                    {"ring_loads", st.ring_loads},
+                                    {"ring_resyncs", st.ring_resyncs},
+                                    {"prefetches", st.prefetches},
+                                    {"prefetch_used", st.prefetch_used},
+                                    {"prefetch_failed", st.prefetch_failed}}},
+                     {"reader", r.reader_backend}};
+  }
+  json j = {
+      {"format", "k3run-report"},
+      {"version", 1},
+      {"prepared", r.prepared},
+      {"layers_run", r.layers_run},
+      {"n_layers", r.n_layers},
+      {"is_full_model", r.layers_run == r.n_layers},
+      {"mode", r.recompute ? "recompute" : "incremental"},
+      {"isa", r.isa},
+      {"threads", r.threads},
+      {"prompt_ids", r.prompt_ids},
+      {"generated_ids", r.generated_ids},
+      {"generated_text",
+       r.generated_bytes ? json(SanitizeUtf8(*r.generated_bytes)) : json(nullptr)},
+      {"stop_reason", r.stopped_by_id ? "stop-id" : "gen"},
+      {"steps", steps},
+      {"totals",
+       json{{"seconds", secs},
+            {"seconds_per_token", n_gen ? json(secs / double(n_gen)) : json(nullptr)},
+            {"decode_seconds_per_token",
+             r.steps.size() >= 2 ? json(decode.seconds / double(decode.steps)) : json(nullptr)},
+            {"bytes_read", BytesJson(all.bytes)},
+            {"bytes_per_token", BytesJson(per_token)},
+            {"expert_hit_rate",
+             NullableRate(all.source.expert_hits, all.source.expert_requests)},
+            {"expert_guesses", all.source.expert_guesses},
+            {"expert_guesses_used", all.source.expert_guesses_used},
+            {"expert_guess_precision",
+             NullableRate(all.source.expert_guesses_used, all.source.expert_guesses)},
+            {"io_busy_s", busy},
+            {"io_wait_s", wait},
+            {"io_share", secs > 0 ? json(busy / secs) : json(nullptr)},
+            {"io_hidden", busy > 0 ? json(std::max(0.0, busy - wait) / busy) : json(nullptr)}}},
+      {"memory_plan",
+       json{{"positions", r.plan.positions},
+            {"kv_cache_bytes", r.plan.kv_cache_bytes},
+            {"state_bytes", r.plan.state_bytes},
+            {"scratch_bytes", r.plan.scratch_bytes},
+            {"weights_bytes", r.plan.weights_bytes},
+            {"total_bytes", r.plan.total()}}},
+      {"streaming", streaming},
+      {"floor", floor},
+      {"own_rate_floor", own_rate_floor},
+      {"peak_rss_bytes", r.peak_rss_bytes},
+      {"experts_skipped", r.experts_skipped},
+      {"expert_failures", failures},
+      {"valid", r.experts_skipped == 0 && r.failures.empty()},
+  };
+  return j.dump(2) + "\n";
+}
+
+std::string StepLine(const StepRecord& s) {
+  char head[200];
+  if (s.token >= 0) {
+    std::snprintf(head, sizeof head, "step %lld (%s, %lld token%s): id %d  %.4f s",
+                  static_cast<long long>(s.index), s.index == 0 ? "prefill" : "decode",
+                  static_cast<long long>(s.tokens_in), s.tokens_in == 1 ? "" : "s", s.token,
+                  s.seconds);
+  } else {
+    std::snprintf(head, sizeof head, "step %lld (prefill only, %lld token%s)  %.4f s",
+                  static_cast<long long>(s.index), static_cast<long long>(s.tokens_in),
+                  s.tokens_in == 1 ? "" : "s", s.seconds);
+  }
+  std::string line = head;
+  if (s.seconds > 0) {
+    std::snprintf(head, sizeof head, " (%.2f tok/s)", double(s.tokens_in) / s.seconds);
+    line += head;
+  }
+  const ReadCounters& b = s.bytes;
+  line += "  read " + FormatIecBytes(double(b.total())) + " (trunk " +
+          FormatIecBytes(double(b.trunk)) + ", experts " + FormatIecBytes(double(b.experts)) +
+          ", embedding " + FormatIecBytes(double(b.embedding)) + ", lm_head " +
+          FormatIecBytes(double(b.lm_head)) + ", head " + FormatIecBytes(double(b.head));
+  if (b.prefetch_unused > 0) {
+    line += ", unused guesses " + FormatIecBytes(double(b.prefetch_unused));
+  }
+  line += ")";
+  if (s.source.expert_requests > 0) {
+    std::snprintf(head, sizeof head, "  expert hits %.1f %%",
+                  100.0 * double(s.source.expert_hits) / double(s.source.expert_requests));
+    line += head;
+  }
+  if (s.source.expert_guesses > 0) {
+    std::snprintf(head, sizeof head, ", guessed %.1f %%",
+                  100.0 * double(s.source.expert_guesses_used) /
+                      double(std::max<uint64_t>(s.source.expert_requests, 1)));
+    line += head;
+  }
+  return line;
+}
+
+std::string SummaryLines(const RunReport& r) {
+  const Totals all = AllSteps(r.steps);
+  const double secs = all.seconds;
+  const ReadCounters& t = all.bytes;
+  const size_t n = r.generated_ids.size();
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%zu token%s in %.3f s", n, n == 1 ? "" : "s", secs);
+  std::string out = buf;
+  if (n > 0) {
+    std::snprintf(buf, sizeof buf, " (%.4f s/token, %.2f tok/s)", secs / double(n),
+                  secs > 0 ? double(n) / secs : 0.0);
+    out += buf;
+  }
+  out += "; read " + FormatIecBytes(double(t.total())) + " (trunk " +
+         FormatIecBytes(double(t.trunk)) + ", experts " + FormatIecBytes(double(t.experts)) +
+         ", embedding " + FormatIecBytes(double(t.embedding)) + ", lm_head " +
+         FormatIecBytes(double(t.lm_head)) +
+         (t.prefetch_unused > 0
+              ? ", unused guesses " + FormatIecBytes(double(t.prefetch_unused))
+              : std::string()) +
+         "); peak RSS " +
+         FormatIecBytes(double(r.peak_rss_bytes)) + " (plan " +
+         FormatIecBytes(double(r.plan.total())) + ")";
+  const double busy = all.source.io_busy_seconds, wait = all.source.io_wait_seconds;
+  if (busy > 0 && secs > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "\nI/O: busy %.3f s = %.1f %% of wall clock; %.1f %% of it hidden behind "
+                  "compute (engine waited %.3f s)",
+                  busy, 100.0 * busy / secs, 100.0 * std::max(0.0, busy - wait) / busy, wait);
+    out += buf;
+  }
+  if (all.source.expert_guesses > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "\nread ahead: %llu guesses of the next layer's experts, %llu used (%.1f %% of "
+                  "guesses, %.1f %% of expert requests)",
+                  static_cast<unsigned long long>(all.source.expert_guesses),
+                  static_cast<unsigned long long>(all.source.expert_guesses_used),
+                  100.0 * double(all.source.expert_guesses_used) /
+                      double(all.source.expert_guesses),
+                  100.0 * double(all.source.expert_guesses_used) /
+                      double(std::max<uint64_t>(all.source.expert_requests, 1)));
+    out += buf;
+  }
+  if (std::optional<FloorResult> f = RunFloor(r)) {
+    const PerToken& p = f->per_token;
+    std::snprintf(buf, sizeof buf,
+                  "\nper decode token: %.4f s; read trunk %s, lm_head %s, experts %s; floor "
+                  "%.4f s (%s-bound: disk %.4f, memory %.4f, compute %.4f); time / floor %.2f",
+                  f->seconds_per_token, FormatIecBytes(p.trunk_bytes).c_str(),
+                  FormatIecBytes(p.lm_head_bytes).c_str(), FormatIecBytes(p.expert_bytes).c_str(),
+                  f->floor.floor_s, f->floor.bound.c_str(), f->floor.disk_s, f->floor.memory_s,
+                  f->floor.compute_s, f->time_over_floor);
+    out += buf;
+  }
+  if (std::optional<OwnRateFloor> o = RunOwnRateFloor(r)) {
+    std::snprintf(buf, sizeof buf,
+                  "\nat the engine's own read rate (%s/s while reading): needed %s per decode "
+                  "token, floor %.4f s; time / that floor %.2f",
+                  FormatIecBytes(o->read_bytes_per_s).c_str(),
+                  FormatIecBytes(o->needed_bytes_per_token).c_str(), o->floor_s,
+                  o->time_over_floor);
+    out += buf;
+  }
+  if (r.layers_run != r.n_layers) {
+    out += "\nNOTE: first " + std::to_string(r.layers_run) + " of " +
+           std::to_string(r.n_layers) + " layers only (--layers): this is NOT the model";
+  }
+  return out;
+}
+
+}  // namespace k3::run

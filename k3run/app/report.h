@@ -1,0 +1,98 @@
+// k3run's report: one human line per step on stderr, and the JSON report (--out FILE).
+//
+// JSON (format "k3run-report", version 1): prepared, layers_run, n_layers, is_full_model (false
+// with --layers N < n_layers: the numbers are NOT the model's), mode, isa, threads,
+// prompt_ids, generated_ids (authoritative), generated_text (decoded bytes, invalid UTF-8 →
+// U+FFFD; null without a tokenizer), stop_reason, steps [{index, tokens_in, token (null for a
+// prefill-only step), seconds, tokens_per_s, bytes_read {trunk, experts, embedding, lm_head, head,
+// prefetch_unused, total}, expert_requests, expert_hits, expert_hit_rate (null without requests),
+// expert_guesses, expert_guesses_used, io_busy_s, io_wait_s}], totals {seconds,
+// seconds_per_token (all steps / generated tokens), decode_seconds_per_token (steps after the
+// first; null with fewer than 2 steps), bytes_read {…}, bytes_per_token {…} (decode steps),
+// expert_hit_rate, expert_guesses, expert_guesses_used, expert_guess_precision (used ÷ guesses;
+// null without guesses), io_share (I/O busy ÷ wall), io_hidden (share of I/O busy time the engine
+// did not wait for)}, memory_plan {…}, streaming (null when every weight is held) {plan {…},
+// stats {… prefetches, prefetch_used, prefetch_failed}, reader}, floor (null when not measured)
+// {bandwidths {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
+// own_rate_floor (null when nothing was read per token) {read_bytes_per_s,
+// needed_bytes_per_token, floor_s, seconds_per_token, time_over_floor}, peak_rss_bytes,
+// experts_skipped, expert_failures [{layer, expert, reason}], valid.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "k3run/app/floor.h"
+#include "k3run/engine/generate.h"
+#include "k3run/stream/memory_plan.h"
+#include "k3run/stream/streaming_plan.h"
+#include "k3run/stream/streaming_weights.h"
+#include "k3run/weights/weights.h"
+
+namespace k3::run {
+
+struct RunReport {
+  std::string prepared;
+  int layers_run = 0;
+  int n_layers = 0;
+  bool recompute = false;
+  std::string isa;
+  int threads = 0;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;
+  std::optional<std::string> generated_bytes;  // raw; nullopt without a tokenizer
+  bool stopped_by_id = false;
+  std::vector<StepRecord> steps;
+  MemoryPlan plan;
+  std::optional<StreamingPlan> streaming_plan;
+  StreamingStats streaming_stats;
+  std::string reader_backend;
+  std::optional<Bandwidths> bandwidths;  // probed at start-up (k3run/app/floor.h)
+  uint64_t peak_rss_bytes = 0;
+  int64_t experts_skipped = 0;
+  std::vector<ExpertFailure> failures;
+  // For the floor: weight bytes a pass multiplies (trunk of the layers run + lm_head) and one
+  // expert record's size.
+  uint64_t weights_used_per_pass = 0;
+  uint64_t expert_record_bytes = 0;
+};
+
+std::string RenderReportJson(const RunReport& r);
+
+// Per-token averages over the decode steps (all steps when there is only one), for the floor:
+// bytes read by kind, and the weight bytes and multiply-adds a token uses (the trunk and lm_head
+// of r.weights_used_per_pass plus the experts it asked for, r.expert_record_bytes each).
+PerToken MeasurePerToken(const RunReport& r);
+// Floor and time ÷ floor of the run (nullopt without bandwidths or generated tokens).
+struct FloorResult {
+  PerToken per_token;
+  Floor floor;
+  double seconds_per_token = 0;
+  double time_over_floor = 0;
+};
+std::optional<FloorResult> RunFloor(const RunReport& r);
+
+// The disk floor at the engine's OWN read rate: the bytes a decode token had to read (all but
+// unused guesses) ÷ the rate the run read at while reads were in flight (all bytes read ÷ I/O
+// busy seconds, every step). It needs no probe, so unlike the probed floor it does not swing
+// with a host or device cache that the probe and the engine see in different states; but it
+// only says how well the engine used the disk it had (time ÷ it ≈ 1 ÷ (the decode steps' I/O
+// share × the share of their reads that were needed)), not how fast that disk can be.
+// Nullopt without generated tokens, without read time, or when a token reads no weights.
+struct OwnRateFloor {
+  double read_bytes_per_s = 0;
+  double needed_bytes_per_token = 0;
+  double floor_s = 0;
+  double seconds_per_token = 0;
+  double time_over_floor = 0;
+};
+std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r);
+
+// "step 3 (decode, 1 token): id 417  0.012 s  read 1.25 MiB (trunk 0 B, experts 1.25 MiB, …)".
+std::string StepLine(const StepRecord& s);
+// The end-of-run summary line(s): s/token, bytes per token by kind, peak RSS.
+std::string SummaryLines(const RunReport& r);
+
+}  // namespace k3::run

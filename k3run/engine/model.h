@@ -1,0 +1,64 @@
+// The K3 forward pass, top to bottom (MODEL.md §3.2–3.8), llama2.c style: embedding → decoder
+// layers (k3run/ops) → final attention residual → norm → lm_head.
+//
+// Goals: one token can be followed through Forward() in one sitting; every weight comes through
+// WeightSource (weights.h), so where bytes live (RAM, a ring, an expert cache) never shows here.
+// Bits: T rows in one Forward() equal T one-row calls with carried State (MODEL.md §7); the
+// thread count and ISA path never change a bit (DESIGN.md §7).
+// Non-goals: sampling and the generation loop (k3run/engine/generate.h), memory planning (plan.h).
+// Thread safety: one Model and its State are used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "formats/config.h"
+#include "k3run/ops/kda.h"
+#include "k3run/ops/mla.h"
+#include "k3run/ops/moe.h"
+#include "k3run/weights/weights.h"
+
+namespace k3::run {
+
+// The carried per-sequence state (MODEL.md §7): KDA state + conv histories per KDA layer, the
+// MLA KV cache per MLA layer, the position counter. Layers past the run's depth stay empty.
+struct State {
+  std::vector<ops::KdaState> kda;  // [n_layers]; sized only for KDA layers < layers
+  std::vector<ops::MlaCache> mla;  // [n_layers]; sized (capacity positions) only for MLA layers
+  int64_t pos = 0;                 // positions already in the cache
+
+  // `capacity`: positions the MLA caches hold (prompt + generated tokens fed back).
+  static State Make(const ModelConfig& c, int layers, int64_t capacity);
+  // Back to the start of a sequence (zero KDA state, empty caches), keeping allocations.
+  void Reset();
+};
+
+class Model {
+ public:
+  // Runs the first `layers` layers (n_layers for the model; fewer is a diagnostic, not the model).
+  Model(const ModelConfig& c, WeightSource* weights, int layers);
+
+  // Feeds ids[0..T) at positions state->pos … pos+T−1 and advances state->pos by T.
+  // logits: [T][vocab] when all_rows, else [vocab] for the last row only.
+  Status Forward(const int32_t* ids, int64_t T, State* state, bool all_rows, float* logits);
+
+  int64_t vocab() const { return config_.vocab; }
+  int layers() const { return layers_; }
+  const ModelConfig& config() const { return config_; }
+  // (token, expert) pairs skipped because an expert could not be read, over all Forward calls.
+  int64_t experts_skipped() const { return stats_.experts_skipped; }
+
+ private:
+  Status Head(const float* h, int64_t rows, float* logits);
+  // Hands the source a ranked guess of layer L+1's experts from L's pre-norm MLP input h [T][E].
+  void GuessNextExperts(int L, const float* h, int64_t T);
+
+  ModelConfig config_;
+  ops::Dims dims_;
+  WeightSource* weights_;
+  int layers_;
+  ops::MoeStats stats_;
+};
+
+}  // namespace k3::run

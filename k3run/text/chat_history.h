@@ -1,0 +1,40 @@
+// The chat transcript file of `k3run --chat --history PATH` (ORIGINAL-ENGINE.md §6 "JSONL
+// history").
+//
+// Format: one JSON object per line, LF-terminated:
+//   {"role":"system"|"user"|"assistant","content":"…"[,"reasoning_content":"…"]}
+// reasoning_content only on assistant lines. Order: an optional system message first, then
+// user and assistant strictly alternating, starting with user (a transcript may end with a user
+// turn: the REPL resumes it).
+// Reading is strict; each rule names the file, the 1-based line and the byte offset where known:
+// valid UTF-8 JSON; one object per line and nothing after it; no blank lines; no raw control
+// bytes anywhere on a line (tab and CR included); no duplicate or unknown keys; string values;
+// escapes valid (unpaired surrogates refused); no NUL in a value; lines ≤ 16 MiB.
+// Writing escapes `"` `\` `\n` `\r` `\t` and other bytes < 0x20 as \u00XX, non-ASCII raw, and
+// goes through WriteFileAtomic: a failed save leaves the previous transcript intact.
+// A missing file is an empty history.
+// Non-goals: other chat formats (OpenAI arrays, tool calls), merging concurrent writers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/env.h"
+#include "common/status.h"
+#include "k3run/text/chat_template.h"
+
+namespace k3::run {
+
+inline constexpr size_t kMaxHistoryLineBytes = size_t{16} << 20;
+
+Result<std::vector<ChatMessage>> ParseHistory(std::string_view text, const std::string& source);
+// Role order rules (above); `source` and 1-based message numbers (= line numbers) in errors.
+Status CheckRoleOrder(const std::vector<ChatMessage>& messages, const std::string& source);
+std::string SerializeHistory(const std::vector<ChatMessage>& messages);
+
+Result<std::vector<ChatMessage>> LoadHistory(Env* env, const std::string& path);
+Status SaveHistory(Env* env, const std::string& path, const std::vector<ChatMessage>& messages);
+
+}  // namespace k3::run

@@ -1,0 +1,2 @@
+#pragma once
+#include "k3run/ops/moe.h"

@@ -8,17 +8,6 @@
 
 namespace k3::run {
 
-Result<GenerateResult> GenerateWithSampler(Model* model, WeightSource* weights,
-                                           const GenerateOptions& o, Sampler* sampler,
-                                           const StepCallback& on_step) {
-  if (sampler == nullptr || sampler->greedy()) return Generate(model, weights, o, on_step);
-  GenerateOptions sampled = o;
-  sampled.choose = [sampler](const float* logits, int64_t vocab) {
-    return sampler->Next(logits, vocab);
-  };
-  return Generate(model, weights, sampled, on_step);
-}
-
 namespace {
 
 const char kHelp[] =
@@ -27,9 +16,8 @@ const char kHelp[] =
 
 class Session {
  public:
-  Session(Model* model, WeightSource* weights, const tok::Tokenizer& tok,
-          const ChatTemplate& tmpl, const ChatOptions& o, const ChatIo& io)
-      : model_(model), weights_(weights), tok_(tok), tmpl_(tmpl), o_(o), io_(io) {}
+  Session(Engine* engine, const ChatTemplate& tmpl, const ChatOptions& o, const ChatIo& io)
+      : engine_(engine), tok_(*engine->tokenizer()), tmpl_(tmpl), o_(o), io_(io) {}
 
   Status Run() {
     K3_RETURN_IF_ERROR(LoadInitial());
@@ -117,7 +105,11 @@ class Session {
     g.prompt = prompt;
     g.gen = o_.gen;
     g.stop_ids = {c.end_of_msg, c.eos};
-    Sampler sampler(o_.sampling, o_.seed, turn_ + 1);
+    // Each turn re-reads the whole transcript from an empty sequence, with its own sampler
+    // stream; the sequence's caches are allocated once, for the planned positions.
+    if (seq_ == nullptr) seq_ = engine_->NewSequence(o_.sampling, o_.seed, turn_ + 1);
+    seq_->Reset();
+    seq_->sampler() = Sampler(o_.sampling, o_.seed, turn_ + 1);
     ++turn_;
     Utf8Chunker chunker;
     bool in_tag = false;  // between <|open|>/<|close|> and <|sep|>: a tag name, not text
@@ -133,8 +125,7 @@ class Session {
       }
       return Status::Ok();
     };
-    K3_ASSIGN_OR_RETURN(GenerateResult r,
-                        GenerateWithSampler(model_, weights_, g, &sampler, on_step));
+    K3_ASSIGN_OR_RETURN(GenerateResult r, Generate(engine_, seq_.get(), g, on_step));
     K3_RETURN_IF_ERROR(io_.write_stdout(chunker.Flush() + "\n"));
     Result<Completion> parsed = tmpl_.Parse(r.generated, o_.tmpl.thinking);
     ChatMessage reply{"assistant", "", ""};
@@ -153,8 +144,8 @@ class Session {
     return Save();
   }
 
-  Model* model_;
-  WeightSource* weights_;
+  Engine* engine_;
+  std::unique_ptr<Sequence> seq_;
   const tok::Tokenizer& tok_;
   const ChatTemplate& tmpl_;
   const ChatOptions& o_;
@@ -166,9 +157,9 @@ class Session {
 
 }  // namespace
 
-Status RunChatSession(Model* model, WeightSource* weights, const tok::Tokenizer& tok,
-                      const ChatTemplate& tmpl, const ChatOptions& o, const ChatIo& io) {
-  return Session(model, weights, tok, tmpl, o, io).Run();
+Status RunChatSession(Engine* engine, const ChatTemplate& tmpl, const ChatOptions& o,
+                      const ChatIo& io) {
+  return Session(engine, tmpl, o, io).Run();
 }
 
 }  // namespace k3::run

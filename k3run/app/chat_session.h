@@ -1,4 +1,4 @@
-// Text generation on top of the model: the sampled decode loop and the chat REPL of
+// The chat REPL on the engine (k3run/engine/session.h) of
 // `k3run PREPARED --chat [--system TEXT] [--history PATH] [--no-think]` (DESIGN.md §6 k3run).
 //
 // The REPL: each non-blank stdin line is a user turn; /help, /reset (back to the initial system
@@ -23,17 +23,11 @@
 #include "common/status.h"
 #include "k3run/text/chat_template.h"
 #include "k3run/engine/generate.h"
-#include "k3run/engine/model.h"
 #include "k3run/engine/sampler.h"
+#include "k3run/engine/session.h"
 #include "k3run/text/tokenizer.h"
 
 namespace k3::run {
-
-// Generate() when `sampler` is greedy (bit-identical by construction); otherwise the same
-// prefill + one-token decode loop with the token chosen by `sampler`.
-Result<GenerateResult> GenerateWithSampler(Model* model, WeightSource* weights,
-                                           const GenerateOptions& o, Sampler* sampler,
-                                           const StepCallback& on_step);
 
 struct ChatOptions {
   std::optional<std::string> system;  // --system
@@ -53,7 +47,8 @@ struct ChatIo {
   std::function<void(std::string_view)> write_stderr;
 };
 
-Status RunChatSession(Model* model, WeightSource* weights, const tok::Tokenizer& tok,
-                      const ChatTemplate& tmpl, const ChatOptions& o, const ChatIo& io);
+// `engine` has weights loaded and a tokenizer; sequences hold o.max_positions.
+Status RunChatSession(Engine* engine, const ChatTemplate& tmpl, const ChatOptions& o,
+                      const ChatIo& io);
 
 }  // namespace k3::run

@@ -17,11 +17,10 @@
 #include "k3run/app/chat_session.h"
 #include "k3run/text/chat_template.h"
 #include "k3run/stream/cache_trace.h"
-#include "k3run/text/detokenize.h"
 #include "k3run/app/floor.h"
 #include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
-#include "k3run/engine/model.h"
+#include "k3run/engine/session.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3run/app/report.h"
 #include "k3run/engine/sampler.h"
@@ -92,18 +91,6 @@ class LogitsDump {
   bool done_ = false;
 };
 
-Result<prepared::PreparedDir> OpenForRun(Env* env, const RunOptions& o) {
-  prepared::OpenOptions open;
-  open.model_dir = o.model_dir;
-  Result<prepared::PreparedDir> p = prepared::OpenPrepared(env, o.prepared, open);
-  if (!p.ok() && p.status().code() == Code::kIntegrity) {
-    // k3run treats a manifest that fails its sum as untrusted input (DESIGN.md §5): exit 2.
-    return Status::Invalid("untrusted manifest: " + p.status().message() +
-                           " (run k3verify prepared, or re-run k3prep pack)");
-  }
-  return p;
-}
-
 // Reads fd 0 a line at a time (the REPL's default input).
 std::optional<std::string> ReadLineFd0() {
   std::string line;
@@ -155,21 +142,6 @@ Status CheckModes(const RunOptions& o) {
   return ValidateSamplerOptions(o.sampling);
 }
 
-// The prepared directory's tokenizer: the Detokenizer load checks both files' XXH3-128 against
-// k3.json (kIntegrity on a mismatch) before the encoder parses them.
-Result<tok::Tokenizer> LoadTokenizer(Env* env, const prepared::PreparedDir& p, const char* flag) {
-  K3_ASSIGN_OR_RETURN(std::optional<Detokenizer> checked, Detokenizer::Load(env, p));
-  const prepared::Region* model = p.manifest.FindRegion("tokenizer/tiktoken.model");
-  const prepared::Region* config = p.manifest.FindRegion("tokenizer/tokenizer_config.json");
-  if (!checked || model == nullptr || config == nullptr) {
-    return Status::Invalid(std::string(flag) + " needs a tokenizer, and " + p.dir +
-                           " has no tokenizer/tiktoken.model and tokenizer_config.json: pack "
-                           "a checkpoint that has them, or give --ids");
-  }
-  return tok::Tokenizer::Load(env, JoinPath(p.dir, model->file), JoinPath(p.dir, config->file),
-                              p.manifest.config.vocab);
-}
-
 }  // namespace
 
 Result<std::vector<int32_t>> ParseIdList(std::string_view text, std::string_view flag) {
@@ -211,275 +183,262 @@ Status CheckIdsInVocab(const std::vector<int64_t>& ids, int64_t vocab, std::stri
   return Status::Ok();
 }
 
-Status RunK3run(const RunOptions& options, const CliIo& io) {
-  RunOptions o = options;
-  if (o.chat && !o.gen_set) o.gen = kChatDefaultGen;
-  Env* env = io.env ? io.env : Env::Default();
-  const auto out = io.write_stdout ? io.write_stdout : WriteFd1;
-  const bool lines = !o.output.quiet && o.output.progress != ProgressMode::kNone;
+namespace {
 
-  // 1. Everything that needs no weights.
+// What a run feeds, before the prepared directory is open: ids from --ids, or text to encode.
+struct PromptInput {
+  std::vector<int32_t> ids;
+  std::string text;
+};
+
+// Phase 1: everything that needs no weights.
+Result<kernels::Isa> SetUpKernels(const RunOptions& o) {
   K3_ASSIGN_OR_RETURN(kernels::Isa isa, kernels::IsaFromEnvironment());
   kernels::SetIsa(isa);
   if (o.threads > 0) kernels::SetThreads(o.threads);
+  return isa;
+}
+
+Result<PromptInput> ReadPromptInput(Env* env, const RunOptions& o) {
   K3_RETURN_IF_ERROR(CheckModes(o));
-  std::vector<int32_t> prompt;
+  PromptInput in;
   if (!o.ids.empty()) {
-    K3_ASSIGN_OR_RETURN(prompt, ParseIdList(o.ids, "--ids"));
+    K3_ASSIGN_OR_RETURN(in.ids, ParseIdList(o.ids, "--ids"));
   }
-  std::string prompt_text;
-  if (o.prompt) prompt_text = *o.prompt;
+  if (o.prompt) in.text = *o.prompt;
   if (o.prompt_file) {
     Result<std::string> text = ReadFileToString(env, *o.prompt_file, uint64_t{1} << 30);
     // An unreadable input is a usage error (exit 2, DESIGN.md §6), whatever errno said.
     if (!text.ok()) return Status::Invalid("--prompt-file: " + text.status().message());
-    prompt_text = std::move(text).value();
+    in.text = std::move(text).value();
   }
   if (o.gen < 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": must be >= 0");
+  return in;
+}
 
-  // 2. The prepared directory, then the ids and limits against its config.
-  K3_ASSIGN_OR_RETURN(prepared::PreparedDir prepared, OpenForRun(env, o));
-  const ModelConfig& c = prepared.manifest.config;
+const char* ModeFlag(const RunOptions& o) {
+  return o.chat ? "--chat" : o.prompt ? "--prompt" : o.prompt_file ? "--prompt-file" : "--ids";
+}
+
+// Phase 2: the prompt's ids and the run's limits against the prepared directory. Returns the
+// positions a pass plans for: the prompt, or in chat the longest transcript a turn may render.
+Result<int64_t> ResolvePrompt(const Engine& engine, const RunOptions& o, PromptInput* in) {
+  const ModelConfig& c = engine.config();
   const std::string manifest = JoinPath(o.prepared, "k3.json");
-  const char* mode = o.chat ? "--chat" : o.prompt ? "--prompt" : o.prompt_file ? "--prompt-file"
-                                                                             : "--ids";
-  std::optional<tok::Tokenizer> tokenizer;
-  if (o.ids.empty()) {
-    K3_ASSIGN_OR_RETURN(tok::Tokenizer t, LoadTokenizer(env, prepared, mode));
-    tokenizer.emplace(std::move(t));
+  const char* mode = ModeFlag(o);
+  if (o.ids.empty() && engine.tokenizer() == nullptr) {
+    return Status::Invalid(std::string(mode) + " needs a tokenizer, and " + o.prepared +
+                           " has no tokenizer/tiktoken.model and tokenizer_config.json: pack "
+                           "a checkpoint that has them, or give --ids");
   }
   if (!o.chat && o.ids.empty()) {
     // Prompts from the user's own text may name special tokens (the upstream default).
-    prompt = tokenizer->Encode(prompt_text, /*allow_special=*/true);
-    if (prompt.empty()) {
+    in->ids = engine.tokenizer()->Encode(in->text, /*allow_special=*/true);
+    if (in->ids.empty()) {
       return Status::Invalid(std::string(mode) + ": the prompt is empty (0 ids); give some text");
     }
   }
-  K3_RETURN_IF_ERROR(CheckIdsInVocab(std::vector<int64_t>(prompt.begin(), prompt.end()), c.vocab,
-                                     mode, manifest));
+  K3_RETURN_IF_ERROR(CheckIdsInVocab(std::vector<int64_t>(in->ids.begin(), in->ids.end()),
+                                     c.vocab, mode, manifest));
   K3_RETURN_IF_ERROR(CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", manifest));
   if (o.chat && o.gen >= kChatContext) {
     return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat plans a context of " +
                            std::to_string(kChatContext) + " positions, so --gen must be below it");
   }
-  // Chat plans for the longest transcript a turn may render within the context.
-  const int64_t P = o.chat ? kChatContext - o.gen : static_cast<int64_t>(prompt.size());
+  const int64_t P = o.chat ? kChatContext - o.gen : static_cast<int64_t>(in->ids.size());
   if (P > kMaxPositions || o.gen > kMaxPositions - P) {
     return Status::Invalid("--gen " + std::to_string(o.gen) + " with a prompt of " +
                            std::to_string(P) + " ids needs " + std::to_string(P + o.gen) +
                            " positions; the limit is " + std::to_string(kMaxPositions) +
                            " (max_position_embeddings): lower --gen or shorten --ids");
   }
-  const int layers = o.layers == 0 ? c.n_layers : o.layers;
-  if (layers < 1 || layers > c.n_layers) {
-    return Status::Invalid("--layers " + std::to_string(o.layers) + ": must be in [1, " +
-                           std::to_string(c.n_layers) + "] (the model has " +
-                           std::to_string(c.n_layers) + " layers)");
-  }
+  return P;
+}
 
-  // 3. The memory plan, before anything large is allocated.
-  BudgetRequest budget;
-  budget.budget_gb = o.budget_gb;
-  budget.trunk_gb = o.trunk_gb;
-  budget.cache_gb = o.cache_gb;
-  budget.preset = o.preset;
+// Phase 3: the memory plan, before anything large is allocated.
+Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, bool lines) {
+  PlanOptions po;
+  po.layers = o.layers;
+  po.positions = PositionsNeeded(P, o.gen);
+  po.pass_rows = o.recompute ? PositionsNeeded(P, o.gen) : std::max<int64_t>(P, 1);
+  po.budget.budget_gb = o.budget_gb;
+  po.budget.trunk_gb = o.trunk_gb;
+  po.budget.cache_gb = o.cache_gb;
+  po.budget.preset = o.preset;
   if (o.cache_policy) {
-    K3_ASSIGN_OR_RETURN(budget.policy, ParseCachePolicy(*o.cache_policy));
-    if (!budget.any()) {
+    K3_ASSIGN_OR_RETURN(po.budget.policy, ParseCachePolicy(*o.cache_policy));
+    if (!po.budget.any()) {
       return Status::Invalid("--cache-policy needs a memory budget (--budget-gb, --preset, "
                              "--trunk-gb or --cache-gb); without one every expert is held");
     }
   }
-  K3_ASSIGN_OR_RETURN(uint64_t avail, io.mem_available ? io.mem_available() : MemAvailableBytes());
-  std::optional<StreamingPlan> splan;
-  if (budget.any()) {
-    K3_ASSIGN_OR_RETURN(StreamingPlan sp, PlanStreaming(prepared, budget, avail));
-    splan = std::move(sp);
-  }
-  std::unique_ptr<WeightSource> weights;
-  // --preload is refused before any weight is loaded, probed or allocated.
-  if (o.preload && !splan) {
-    return Status::Invalid("--preload needs a memory budget that holds every expert (e.g. "
-                           "--preset max or --budget-gb): without one experts load on first use");
-  }
-  if (o.preload) K3_RETURN_IF_ERROR(CheckPreloadFits(*splan, prepared));
-  StreamingWeights* streaming = nullptr;
-  uint64_t weights_bytes = 0;
-  if (!splan) {
-    RamWeightsOptions wopt;
-    wopt.verify_reads = o.verify_reads;
-    K3_ASSIGN_OR_RETURN(std::unique_ptr<RamWeights> ram, RamWeights::Open(env, &prepared, wopt));
-    weights_bytes = ram->PlannedResidentBytes();
-    weights = std::move(ram);
+  po.preload = o.preload;
+  po.verify_reads = o.verify_reads;
+  po.prefetch_experts = o.prefetch_experts;
+  po.progress = lines ? o.output.progress : ProgressMode::kNone;
+  po.mem_available = io.mem_available;
+  return engine->Plan(po);
+}
+
+// The bandwidth probes run before the weights are allocated: their buffers never raise the
+// peak RSS above the plan. A failed probe only costs the report its floor.
+std::optional<Bandwidths> ProbeFloor(Env* env, const Engine& engine, const RunOptions& o,
+                                     bool lines) {
+  if (o.no_floor) return std::nullopt;
+  const int topk = engine.config().topk;
+  ProbeOptions po;
+  po.seconds_per_probe = o.probe_seconds;
+  po.max_buffer_bytes = engine.memory_plan().total();
+  if (const std::optional<StreamingPlan>& sp = engine.streaming_plan()) {
+    po.expert_queue_depth = std::max(1, std::min(topk, sp->expert_slots - 1));
+    po.trunk_request_bytes = sp->ring_slot_bytes;
   } else {
-    weights_bytes = splan->bytes();
+    po.expert_queue_depth = std::max(1, topk);
   }
-  const int64_t pass_rows = o.recompute ? PositionsNeeded(P, o.gen) : std::max<int64_t>(P, 1);
-  const MemoryPlan plan =
-      PlanMemory(c, layers, PositionsNeeded(P, o.gen), weights_bytes, pass_rows);
-  if (splan && lines) LogInfo(splan->Describe());
-  if (Status s = CheckMemory(plan, avail); !s.ok()) {
-    if (!splan) return s;
-    return Status::Invalid(s.message() + "; or lower --budget-gb / --preset");
-  }
-  // The bandwidth probes run before the weights are allocated: their buffers never raise the
-  // peak RSS above the plan.
-  std::optional<Bandwidths> bandwidths;
-  if (!o.no_floor) {
-    ProbeOptions po;
-    po.seconds_per_probe = o.probe_seconds;
-    po.max_buffer_bytes = plan.total();
-    if (splan) {
-      po.expert_queue_depth = std::max(1, std::min(c.topk, splan->expert_slots - 1));
-      po.trunk_request_bytes = splan->ring_slot_bytes;
-    } else {
-      po.expert_queue_depth = std::max(1, c.topk);
-    }
-    Result<Bandwidths> b = ProbeBandwidths(env, prepared, po);
-    if (b.ok()) {
-      bandwidths = *b;
-    } else if (lines) {
-      LogWarn("bandwidth probe failed (the report will have no floor): " + b.status().ToString());
-    }
-  }
-  std::unique_ptr<CacheTraceWriter> trace;
-  if (!o.cache_trace_dir.empty()) {
-    if (o.chat) {
-      return Status::Invalid("--dump-cache-trace is not supported with --chat: trace a prompt "
-                             "(--prompt, --prompt-file or --ids) instead");
-    }
-    if (!splan) {
-      return Status::Invalid("--dump-cache-trace needs a memory budget (--budget-gb, --preset, "
-                             "--trunk-gb or --cache-gb): without one there is no expert cache");
-    }
-    K3_ASSIGN_OR_RETURN(trace, CacheTraceWriter::Create(env, o.cache_trace_dir,
-                                                        TraceHeaderFor(c, *splan, o.prepared)));
-  }
-  if (splan) {
-    StreamingOptions sopt;
-    sopt.verify_reads = o.verify_reads;
-    sopt.walk_layers = layers;
-    sopt.preload_experts = o.preload;
-    sopt.progress = lines ? o.output.progress : ProgressMode::kNone;
-    sopt.trace = trace.get();
-    sopt.prefetch_experts = o.prefetch_experts;
-    K3_ASSIGN_OR_RETURN(std::unique_ptr<StreamingWeights> sw,
-                        StreamingWeights::Open(env, &prepared, *splan, sopt));
-    streaming = sw.get();
-    weights = std::move(sw);
-  }
+  Result<Bandwidths> b = ProbeBandwidths(env, engine.prepared(), po);
+  if (b.ok()) return *b;
   if (lines) {
-    LogInfo("plan: KV cache " + FormatGb(plan.kv_cache_bytes) + " for " +
-            std::to_string(plan.positions) + " positions, recurrent state " +
-            FormatGb(plan.state_bytes) + ", weights held " + FormatGb(plan.weights_bytes) +
-            "; MemAvailable " + FormatGb(avail) + "; ISA " + kernels::IsaName(isa) +
-            ", threads " + std::to_string(kernels::Threads()));
-    if (layers != c.n_layers) {
-      LogWarn("--layers " + std::to_string(layers) + ": running the first " +
-              std::to_string(layers) + " of " + std::to_string(c.n_layers) +
-              " layers: this is NOT the model");
-    }
+    LogWarn("bandwidth probe failed (the report will have no floor): " + b.status().ToString());
   }
+  return std::nullopt;
+}
 
-  // Sampling: a seed is always reported so a sampled run can be repeated.
-  uint64_t seed = 0;
-  if (o.sampling.sampling()) {
-    seed = o.sampling.seed ? *o.sampling.seed
-                           : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-    if (!o.output.quiet) {
-      LogInfo("sampler: PCG32 seed " + std::to_string(seed) + ", temperature " +
-              std::to_string(o.sampling.temperature.value_or(1.0)) + ", top-p " +
-              std::to_string(o.sampling.top_p.value_or(1.0)) + ", top-k " +
-              std::to_string(o.sampling.top_k.value_or(0)));
-    }
-  }
-
+Result<std::unique_ptr<CacheTraceWriter>> OpenTrace(Env* env, const Engine& engine,
+                                                    const RunOptions& o) {
+  if (o.cache_trace_dir.empty()) return std::unique_ptr<CacheTraceWriter>();
   if (o.chat) {
-    Model model(c, weights.get(), layers);
-    K3_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(&*tokenizer, o.prepared));
-    ChatOptions co;
-    co.system = o.system;
-    co.history_path = o.history;
-    co.tmpl.thinking = !o.no_think;
-    co.tmpl.effort = o.effort.value_or("max");
-    co.gen = o.gen;
-    co.max_positions = plan.positions;
-    co.sampling = o.sampling;
-    co.seed = seed;
-    co.progress = lines;
-    ChatIo cio;
-    cio.env = env;
-    cio.read_line = io.read_line ? io.read_line : ReadLineFd0;
-    cio.write_stdout = out;
-    cio.write_stderr = [](std::string_view s) {
-      if (!Quiet()) WriteStderr(s);
-    };
-    return RunChatSession(&model, weights.get(), *tokenizer, tmpl, co, cio);
+    return Status::Invalid("--dump-cache-trace is not supported with --chat: trace a prompt "
+                           "(--prompt, --prompt-file or --ids) instead");
   }
+  if (!engine.streaming_plan()) {
+    return Status::Invalid("--dump-cache-trace needs a memory budget (--budget-gb, --preset, "
+                           "--trunk-gb or --cache-gb): without one there is no expert cache");
+  }
+  return CacheTraceWriter::Create(env, o.cache_trace_dir,
+                                  TraceHeaderFor(engine.config(), *engine.streaming_plan(),
+                                                 o.prepared));
+}
 
-  // 4. Outputs that can fail before the run starts.
-  std::optional<Detokenizer> detok;
-  if (!tokenizer) {
-    K3_ASSIGN_OR_RETURN(detok, Detokenizer::Load(env, prepared));
+void LogPlan(const Engine& engine, kernels::Isa isa) {
+  const MemoryPlan& plan = engine.memory_plan();
+  const ModelConfig& c = engine.config();
+  LogInfo("plan: KV cache " + FormatGb(plan.kv_cache_bytes) + " for " +
+          std::to_string(plan.positions) + " positions, recurrent state " +
+          FormatGb(plan.state_bytes) + ", weights held " + FormatGb(plan.weights_bytes) +
+          "; MemAvailable " + FormatGb(engine.mem_available()) + "; ISA " + kernels::IsaName(isa) + ", threads " +
+          std::to_string(kernels::Threads()));
+  if (engine.layers() != c.n_layers) {
+    LogWarn("--layers " + std::to_string(engine.layers()) + ": running the first " +
+            std::to_string(engine.layers()) + " of " + std::to_string(c.n_layers) +
+            " layers: this is NOT the model");
   }
+}
+
+// Sampling: a seed is always reported so a sampled run can be repeated.
+uint64_t ChooseSeed(const RunOptions& o) {
+  if (!o.sampling.sampling()) return 0;
+  const uint64_t seed = o.sampling.seed ? *o.sampling.seed
+                                        : (uint64_t{std::random_device{}()} << 32) |
+                                              std::random_device{}();
+  if (!o.output.quiet) {
+    LogInfo("sampler: PCG32 seed " + std::to_string(seed) + ", temperature " +
+            std::to_string(o.sampling.temperature.value_or(1.0)) + ", top-p " +
+            std::to_string(o.sampling.top_p.value_or(1.0)) + ", top-k " +
+            std::to_string(o.sampling.top_k.value_or(0)));
+  }
+  return seed;
+}
+
+Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, uint64_t seed,
+               bool lines, const std::function<Status(std::string_view)>& out) {
+  K3_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(engine->tokenizer(), o.prepared));
+  ChatOptions co;
+  co.system = o.system;
+  co.history_path = o.history;
+  co.tmpl.thinking = !o.no_think;
+  co.tmpl.effort = o.effort.value_or("max");
+  co.gen = o.gen;
+  co.max_positions = engine->memory_plan().positions;
+  co.sampling = o.sampling;
+  co.seed = seed;
+  co.progress = lines;
+  ChatIo cio;
+  cio.env = env;
+  cio.read_line = io.read_line ? io.read_line : ReadLineFd0;
+  cio.write_stdout = out;
+  cio.write_stderr = [](std::string_view s) {
+    if (!Quiet()) WriteStderr(s);
+  };
+  return RunChatSession(engine, tmpl, co, cio);
+}
+
+// What a prompt run produced, for the report.
+struct PromptRun {
+  GenerateResult result;
+  std::optional<std::string> text;  // the generated bytes; nullopt without a tokenizer
+};
+
+// Phase 4: generate, streaming the bytes to stdout as they are decided.
+Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
+                           const std::vector<int32_t>& prompt, uint64_t seed, bool lines,
+                           const std::function<Status(std::string_view)>& out) {
+  const tok::Tokenizer* tokenizer = engine->tokenizer();
+  const int64_t vocab = engine->config().vocab;
   std::unique_ptr<LogitsDump> dump;
   if (!o.dump_logits.empty()) {
     K3_ASSIGN_OR_RETURN(dump, LogitsDump::Open(env, o.dump_logits));
   }
-
-  // 5. Generate, streaming the bytes to stdout as they are decided.
-  Model model(c, weights.get(), layers);
   GenerateOptions g;
   g.prompt = prompt;
   g.gen = o.gen;
   g.recompute = o.recompute;
   g.stop_ids = o.stop_ids;
   Utf8Chunker chunker;
-  std::string text;
+  PromptRun run;
+  if (tokenizer) run.text.emplace();
   auto on_step = [&](const StepRecord& s, const float* logits) -> Status {
     if (lines) LogInfo(StepLine(s));
-    if (dump && (o.dump_all || s.index == 0)) K3_RETURN_IF_ERROR(dump->Append(logits, c.vocab));
+    if (dump && (o.dump_all || s.index == 0)) K3_RETURN_IF_ERROR(dump->Append(logits, vocab));
     if (s.token < 0) return Status::Ok();
-    if (tokenizer || detok) {
-      const std::string bytes =
-          tokenizer ? std::string(tokenizer->TokenBytes(s.token)) : detok->Bytes(s.token);
-      text += bytes;
-      const std::string ready = chunker.Push(bytes);
-      if (!ready.empty()) K3_RETURN_IF_ERROR(out(ready));
-    } else {
-      K3_RETURN_IF_ERROR(out(std::to_string(s.token) + "\n"));
-    }
-    return Status::Ok();
+    if (!tokenizer) return out(std::to_string(s.token) + "\n");
+    const std::string_view bytes = tokenizer->TokenBytes(s.token);
+    *run.text += bytes;
+    const std::string ready = chunker.Push(bytes);
+    return ready.empty() ? Status::Ok() : out(ready);
   };
-  Sampler sampler(o.sampling, seed, 0);
-  K3_ASSIGN_OR_RETURN(GenerateResult result,
-                      GenerateWithSampler(&model, weights.get(), g, &sampler, on_step));
+  std::unique_ptr<Sequence> seq = engine->NewSequence(o.sampling, seed, 0);
+  K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
   const std::string tail = chunker.Flush();
   if (!tail.empty()) K3_RETURN_IF_ERROR(out(tail));
   if (dump) K3_RETURN_IF_ERROR(dump->Finish());
+  return run;
+}
 
-  // 6. The report.
+RunReport BuildReport(const Engine& engine, const RunOptions& o, kernels::Isa isa,
+                      const std::vector<int32_t>& prompt, const PromptRun& run,
+                      const std::optional<Bandwidths>& bandwidths) {
+  const prepared::PreparedDir& prepared = engine.prepared();
   RunReport r;
   r.prepared = o.prepared;
-  r.layers_run = layers;
-  r.n_layers = c.n_layers;
+  r.layers_run = engine.layers();
+  r.n_layers = engine.config().n_layers;
   r.recompute = o.recompute;
   r.isa = kernels::IsaName(isa);
   r.threads = kernels::Threads();
   r.prompt_ids = prompt;
-  r.generated_ids = result.generated;
-  if (tokenizer || detok) r.generated_bytes = text;
-  r.stopped_by_id = result.stopped_by_id;
-  r.steps = result.steps;
-  r.plan = plan;
-  if (splan) {
-    r.streaming_plan = *splan;
-    r.streaming_stats = streaming->stats();
-    r.reader_backend = std::string(streaming->reader_backend());
+  r.generated_ids = run.result.generated;
+  r.generated_bytes = run.text;
+  r.stopped_by_id = run.result.stopped_by_id;
+  r.steps = run.result.steps;
+  r.plan = engine.memory_plan();
+  if (const StreamingWeights* sw = engine.streaming()) {
+    r.streaming_plan = *engine.streaming_plan();
+    r.streaming_stats = sw->stats();
+    r.reader_backend = std::string(sw->reader_backend());
   }
   r.bandwidths = bandwidths;
-  for (const prepared::TrunkRun& run : prepared.manifest.runs) {
-    if (run.layer < layers) r.weights_used_per_pass += run.length;
+  for (const prepared::TrunkRun& t : prepared.manifest.runs) {
+    if (t.layer < engine.layers()) r.weights_used_per_pass += t.length;
   }
   if (const prepared::Region* lm = prepared.manifest.FindRegion(prepared::kLmHeadName)) {
     r.weights_used_per_pass += lm->length;
@@ -488,10 +447,17 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     r.expert_record_bytes = std::max<uint64_t>(r.expert_record_bytes, rec.length);
   }
   r.peak_rss_bytes = PeakRssBytes();
-  r.experts_skipped = model.experts_skipped();
-  r.failures = weights->Failures();
+  r.experts_skipped = engine.experts_skipped();
+  r.failures = engine.Failures();
+  return r;
+}
+
+// Phase 5: the report, the cache statistics and trace, and the RUN INVALID verdict (exit 4).
+Status Report(Env* env, const Engine& engine, const RunOptions& o, const RunReport& r,
+              CacheTraceWriter* trace, bool lines) {
   if (!o.out.empty()) K3_RETURN_IF_ERROR(WriteFileAtomic(env, o.out, RenderReportJson(r)));
   if (lines) LogInfo(SummaryLines(r));
+  const StreamingWeights* streaming = engine.streaming();
   if (lines && streaming != nullptr) {
     const StreamingStats st = streaming->stats();
     LogInfo("expert cache: " + std::to_string(st.expert_requests) + " requests, " +
@@ -508,21 +474,51 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     if (lines) LogInfo("cache trace: " + trace->path() + " (replay: scripts/cache-replay " +
                        o.cache_trace_dir + ")");
   }
-
-  if (r.experts_skipped > 0 || !r.failures.empty()) {
-    std::string msg = "RUN INVALID: " + std::to_string(r.failures.size()) +
-                      " expert(s) could not be used (" + std::to_string(r.experts_skipped) +
-                      " token-expert pairs skipped); the generated ids are not trustworthy:";
-    for (const ExpertFailure& f : r.failures) {
-      msg += "\n  layer " + std::to_string(f.layer) + " expert " + std::to_string(f.expert) +
-             ": " + f.reason;
-    }
-    return Status::Unreliable(msg);
+  if (r.experts_skipped == 0 && r.failures.empty()) return Status::Ok();
+  std::string msg = "RUN INVALID: " + std::to_string(r.failures.size()) +
+                    " expert(s) could not be used (" + std::to_string(r.experts_skipped) +
+                    " token-expert pairs skipped); the generated ids are not trustworthy:";
+  for (const ExpertFailure& f : r.failures) {
+    msg += "\n  layer " + std::to_string(f.layer) + " expert " + std::to_string(f.expert) +
+           ": " + f.reason;
   }
-  return Status::Ok();
+  return Status::Unreliable(msg);
 }
 
-void AddRunFlags(CLI::App* app, RunOptions* o) {
+}  // namespace
+
+// parse → open the engine → plan → probes → weights → run the prompt or chat → report.
+Status RunK3run(const RunOptions& options, const CliIo& io) {
+  RunOptions o = options;
+  if (o.chat && !o.gen_set) o.gen = kChatDefaultGen;
+  Env* env = io.env ? io.env : Env::Default();
+  const auto out = io.write_stdout ? io.write_stdout : WriteFd1;
+  const bool lines = !o.output.quiet && o.output.progress != ProgressMode::kNone;
+
+  K3_ASSIGN_OR_RETURN(kernels::Isa isa, SetUpKernels(o));
+  K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, o));
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(env, o.prepared, o.model_dir));
+  K3_ASSIGN_OR_RETURN(int64_t P, ResolvePrompt(*engine, o, &input));
+  engine->SetEventSink([lines](const EngineEvent& e) {
+    if (lines && e.kind == EngineEvent::Kind::kStreamingPlan) LogInfo(e.text);
+  });
+  K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, lines));
+  const std::optional<Bandwidths> bandwidths = ProbeFloor(env, *engine, o, lines);
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<CacheTraceWriter> trace, OpenTrace(env, *engine, o));
+  K3_RETURN_IF_ERROR(engine->LoadWeights(trace.get()));
+  if (lines) {
+    LogPlan(*engine, isa);
+  }
+  const uint64_t seed = ChooseSeed(o);
+  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out);
+  K3_ASSIGN_OR_RETURN(PromptRun run, Generate(engine.get(), env, o, input.ids, seed, lines, out));
+  const RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
+  return Report(env, *engine, o, r, trace.get(), lines);
+}
+
+namespace {
+
+void AddPromptFlags(CLI::App* app, RunOptions* o) {
   app->add_option("PREPARED", o->prepared, "prepared directory (k3prep pack)")->required();
   app->add_option("--ids", o->ids, "prompt token ids, comma-separated: 1,2,3");
   app->add_option_function<std::string>(
@@ -540,6 +536,9 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option_function<std::string>(
       "--thinking-effort", [o](const std::string& v) { o->effort = v; },
       "chat: low|high|max (default max)");
+}
+
+void AddSamplingFlags(CLI::App* app, RunOptions* o) {
   app->add_option_function<double>(
       "--temperature", [o](const double& v) { o->sampling.temperature = v; },
       "sample with this temperature (> 0); default greedy")
@@ -569,6 +568,9 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
         o->sampling.seed = seed;
       },
       "sampler seed (PCG32 via SplitMix64; same seed, same tokens)");
+}
+
+void AddRunControlFlags(CLI::App* app, RunOptions* o) {
   app->add_option("--gen", o->gen, "tokens to generate (0: prefill only; chat: per turn, 2048)")
       ->check(AtLeast(0))
       ->each([o](const std::string&) { o->gen_set = true; });
@@ -588,6 +590,9 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   app->add_option("--model-dir", o->model_dir, "where the link-mode shards live now");
   app->add_flag("--verify-reads", o->verify_reads,
                 "hash every expert read against experts.idx (a mismatch: exit 4)");
+}
+
+void AddMemoryFlags(CLI::App* app, RunOptions* o) {
   // Memory flags apply in command-line order, later flags winning (DESIGN.md §6): a total
   // (--budget-gb, --preset) replaces everything before it; --trunk-gb / --cache-gb override its
   // split.
@@ -641,6 +646,15 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
                   "its trunk is pinned and the cache has room (0: off; default " +
                       std::to_string(kDefaultPrefetchExperts) + "; off with --dump-cache-trace)")
       ->check(InRange(0, 4096));
+}
+
+}  // namespace
+
+void AddRunFlags(CLI::App* app, RunOptions* o) {
+  AddPromptFlags(app, o);
+  AddSamplingFlags(app, o);
+  AddRunControlFlags(app, o);
+  AddMemoryFlags(app, o);
   AddOutputFlags(app, &o->output);
 }
 

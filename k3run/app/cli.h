@@ -38,12 +38,9 @@
 #include "common/env.h"
 #include "common/status.h"
 #include "k3run/engine/sampler.h"
+#include "k3run/stream/streaming_weights.h"
 
 namespace k3::run {
-
-// Guesses of the next MoE layer's experts read ahead per layer (docs/STREAMING.md "Reading
-// ahead": chosen on the bench preset's budget ladder).
-inline constexpr int kDefaultPrefetchExperts = 8;
 
 struct RunOptions {
   std::string prepared;

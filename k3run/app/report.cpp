@@ -121,29 +121,31 @@ std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r) {
   return f;
 }
 
-std::string RenderReportJson(const RunReport& r) {
-  json steps = json::array();
-  for (const StepRecord& s : r.steps) {
-    steps.push_back(json{{"index", s.index},
-                         {"tokens_in", s.tokens_in},
-                         {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
-                         {"seconds", s.seconds},
-                         {"tokens_per_s", s.seconds > 0 ? json(double(s.tokens_in) / s.seconds)
-                                                        : json(nullptr)},
-                         {"bytes_read", BytesJson(s.bytes)},
-                         {"expert_requests", s.source.expert_requests},
-                         {"expert_hits", s.source.expert_hits},
-                         {"expert_hit_rate",
-                          NullableRate(s.source.expert_hits, s.source.expert_requests)},
-                         {"expert_guesses", s.source.expert_guesses},
-                         {"expert_guesses_used", s.source.expert_guesses_used},
-                         {"io_busy_s", s.source.io_busy_seconds},
-                         {"io_wait_s", s.source.io_wait_seconds}});
+namespace {
+
+json StepsJson(const std::vector<StepRecord>& steps) {
+  json out = json::array();
+  for (const StepRecord& s : steps) {
+    out.push_back(json{{"index", s.index},
+                       {"tokens_in", s.tokens_in},
+                       {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
+                       {"seconds", s.seconds},
+                       {"tokens_per_s", s.seconds > 0 ? json(double(s.tokens_in) / s.seconds)
+                                                      : json(nullptr)},
+                       {"bytes_read", BytesJson(s.bytes)},
+                       {"expert_requests", s.source.expert_requests},
+                       {"expert_hits", s.source.expert_hits},
+                       {"expert_hit_rate",
+                        NullableRate(s.source.expert_hits, s.source.expert_requests)},
+                       {"expert_guesses", s.source.expert_guesses},
+                       {"expert_guesses_used", s.source.expert_guesses_used},
+                       {"io_busy_s", s.source.io_busy_seconds},
+                       {"io_wait_s", s.source.io_wait_seconds}});
   }
-  json failures = json::array();
-  for (const ExpertFailure& f : r.failures) {
-    failures.push_back(json{{"layer", f.layer}, {"expert", f.expert}, {"reason", f.reason}});
-  }
+  return out;
+}
+
+json TotalsJson(const RunReport& r) {
   const Totals all = AllSteps(r.steps);
   const double secs = all.seconds;
   const size_t n_gen = r.generated_ids.size();
@@ -153,57 +155,87 @@ std::string RenderReportJson(const RunReport& r) {
   const ReadCounters& db = decode.bytes;
   const ReadCounters per_token{db.trunk / nd,   db.experts / nd, db.embedding / nd,
                                db.lm_head / nd, db.head / nd,    db.prefetch_unused / nd};
-  json floor = nullptr;
-  if (std::optional<FloorResult> f = RunFloor(r)) {
-    const Bandwidths& b = *r.bandwidths;
-    floor = json{{"bandwidths",
-                  json{{"expert_bytes_per_s", b.expert_bytes_per_s},
-                       {"expert_request_bytes", b.expert_request_bytes},
-                       {"expert_queue_depth", b.expert_queue_depth},
-                       {"trunk_bytes_per_s", b.trunk_bytes_per_s},
-                       {"trunk_request_bytes", b.trunk_request_bytes},
-                       {"combined_bytes_per_s", b.combined_bytes_per_s},
-                       {"memory_bytes_per_s", b.memory_bytes_per_s},
-                       {"kernel_flops_per_s", b.kernel_flops_per_s},
-                       {"backend", b.backend}}},
-                 {"per_token",
-                  json{{"trunk_bytes", f->per_token.trunk_bytes},
-                       {"lm_head_bytes", f->per_token.lm_head_bytes},
-                       {"expert_bytes", f->per_token.expert_bytes},
-                       {"other_bytes", f->per_token.other_bytes},
-                       {"weight_bytes_used", f->per_token.weight_bytes_used},
-                       {"multiply_adds", f->per_token.multiply_adds}}},
-                 {"disk_s", f->floor.disk_s},
-                 {"memory_s", f->floor.memory_s},
-                 {"compute_s", f->floor.compute_s},
-                 {"floor_s", f->floor.floor_s},
-                 {"bound", f->floor.bound},
-                 {"seconds_per_token", f->seconds_per_token},
-                 {"time_over_floor", f->time_over_floor}};
-  }
-  json own_rate_floor = nullptr;
-  if (std::optional<OwnRateFloor> o = RunOwnRateFloor(r)) {
-    own_rate_floor = json{{"read_bytes_per_s", o->read_bytes_per_s},
-                          {"needed_bytes_per_token", o->needed_bytes_per_token},
-                          {"floor_s", o->floor_s},
-                          {"seconds_per_token", o->seconds_per_token},
-                          {"time_over_floor", o->time_over_floor}};
-  }
-  json streaming = nullptr;
-  if (r.streaming_plan) {
-    const StreamingStats& st = r.streaming_stats;
-    streaming = json{{"plan", PlanJson(*r.streaming_plan)},
-                     {"stats", json{{"expert_requests", st.expert_requests},
-                                    {"expert_hits", st.expert_hits},
-                                    {"expert_reads", st.expert_reads},
-                                    {"expert_evictions", st.expert_evictions},
-                                    {"waves", st.waves},
-                                    {"ring_loads", st.ring_loads},
-                                    {"ring_resyncs", st.ring_resyncs},
-                                    {"prefetches", st.prefetches},
-                                    {"prefetch_used", st.prefetch_used},
-                                    {"prefetch_failed", st.prefetch_failed}}},
-                     {"reader", r.reader_backend}};
+  return json{
+      {"seconds", secs},
+      {"seconds_per_token", n_gen ? json(secs / double(n_gen)) : json(nullptr)},
+      {"decode_seconds_per_token",
+       r.steps.size() >= 2 ? json(decode.seconds / double(decode.steps)) : json(nullptr)},
+      {"bytes_read", BytesJson(all.bytes)},
+      {"bytes_per_token", BytesJson(per_token)},
+      {"expert_hit_rate", NullableRate(all.source.expert_hits, all.source.expert_requests)},
+      {"expert_guesses", all.source.expert_guesses},
+      {"expert_guesses_used", all.source.expert_guesses_used},
+      {"expert_guess_precision",
+       NullableRate(all.source.expert_guesses_used, all.source.expert_guesses)},
+      {"io_busy_s", busy},
+      {"io_wait_s", wait},
+      {"io_share", secs > 0 ? json(busy / secs) : json(nullptr)},
+      {"io_hidden", busy > 0 ? json(std::max(0.0, busy - wait) / busy) : json(nullptr)}};
+}
+
+json FloorJson(const RunReport& r) {
+  std::optional<FloorResult> f = RunFloor(r);
+  if (!f) return nullptr;
+  const Bandwidths& b = *r.bandwidths;
+  return json{{"bandwidths",
+               json{{"expert_bytes_per_s", b.expert_bytes_per_s},
+                    {"expert_request_bytes", b.expert_request_bytes},
+                    {"expert_queue_depth", b.expert_queue_depth},
+                    {"trunk_bytes_per_s", b.trunk_bytes_per_s},
+                    {"trunk_request_bytes", b.trunk_request_bytes},
+                    {"combined_bytes_per_s", b.combined_bytes_per_s},
+                    {"memory_bytes_per_s", b.memory_bytes_per_s},
+                    {"kernel_flops_per_s", b.kernel_flops_per_s},
+                    {"backend", b.backend}}},
+              {"per_token",
+               json{{"trunk_bytes", f->per_token.trunk_bytes},
+                    {"lm_head_bytes", f->per_token.lm_head_bytes},
+                    {"expert_bytes", f->per_token.expert_bytes},
+                    {"other_bytes", f->per_token.other_bytes},
+                    {"weight_bytes_used", f->per_token.weight_bytes_used},
+                    {"multiply_adds", f->per_token.multiply_adds}}},
+              {"disk_s", f->floor.disk_s},
+              {"memory_s", f->floor.memory_s},
+              {"compute_s", f->floor.compute_s},
+              {"floor_s", f->floor.floor_s},
+              {"bound", f->floor.bound},
+              {"seconds_per_token", f->seconds_per_token},
+              {"time_over_floor", f->time_over_floor}};
+}
+
+json OwnRateFloorJson(const RunReport& r) {
+  std::optional<OwnRateFloor> o = RunOwnRateFloor(r);
+  if (!o) return nullptr;
+  return json{{"read_bytes_per_s", o->read_bytes_per_s},
+              {"needed_bytes_per_token", o->needed_bytes_per_token},
+              {"floor_s", o->floor_s},
+              {"seconds_per_token", o->seconds_per_token},
+              {"time_over_floor", o->time_over_floor}};
+}
+
+json StreamingJson(const RunReport& r) {
+  if (!r.streaming_plan) return nullptr;
+  const StreamingStats& st = r.streaming_stats;
+  return json{{"plan", PlanJson(*r.streaming_plan)},
+              {"stats", json{{"expert_requests", st.expert_requests},
+                             {"expert_hits", st.expert_hits},
+                             {"expert_reads", st.expert_reads},
+                             {"expert_evictions", st.expert_evictions},
+                             {"waves", st.waves},
+                             {"ring_loads", st.ring_loads},
+                             {"ring_resyncs", st.ring_resyncs},
+                             {"prefetches", st.prefetches},
+                             {"prefetch_used", st.prefetch_used},
+                             {"prefetch_failed", st.prefetch_failed}}},
+              {"reader", r.reader_backend}};
+}
+
+}  // namespace
+
+std::string RenderReportJson(const RunReport& r) {
+  json failures = json::array();
+  for (const ExpertFailure& f : r.failures) {
+    failures.push_back(json{{"layer", f.layer}, {"expert", f.expert}, {"reason", f.reason}});
   }
   json j = {
       {"format", "k3run-report"},
@@ -220,24 +252,8 @@ std::string RenderReportJson(const RunReport& r) {
       {"generated_text",
        r.generated_bytes ? json(SanitizeUtf8(*r.generated_bytes)) : json(nullptr)},
       {"stop_reason", r.stopped_by_id ? "stop-id" : "gen"},
-      {"steps", steps},
-      {"totals",
-       json{{"seconds", secs},
-            {"seconds_per_token", n_gen ? json(secs / double(n_gen)) : json(nullptr)},
-            {"decode_seconds_per_token",
-             r.steps.size() >= 2 ? json(decode.seconds / double(decode.steps)) : json(nullptr)},
-            {"bytes_read", BytesJson(all.bytes)},
-            {"bytes_per_token", BytesJson(per_token)},
-            {"expert_hit_rate",
-             NullableRate(all.source.expert_hits, all.source.expert_requests)},
-            {"expert_guesses", all.source.expert_guesses},
-            {"expert_guesses_used", all.source.expert_guesses_used},
-            {"expert_guess_precision",
-             NullableRate(all.source.expert_guesses_used, all.source.expert_guesses)},
-            {"io_busy_s", busy},
-            {"io_wait_s", wait},
-            {"io_share", secs > 0 ? json(busy / secs) : json(nullptr)},
-            {"io_hidden", busy > 0 ? json(std::max(0.0, busy - wait) / busy) : json(nullptr)}}},
+      {"steps", StepsJson(r.steps)},
+      {"totals", TotalsJson(r)},
       {"memory_plan",
        json{{"positions", r.plan.positions},
             {"kv_cache_bytes", r.plan.kv_cache_bytes},
@@ -245,9 +261,9 @@ std::string RenderReportJson(const RunReport& r) {
             {"scratch_bytes", r.plan.scratch_bytes},
             {"weights_bytes", r.plan.weights_bytes},
             {"total_bytes", r.plan.total()}}},
-      {"streaming", streaming},
-      {"floor", floor},
-      {"own_rate_floor", own_rate_floor},
+      {"streaming", StreamingJson(r)},
+      {"floor", FloorJson(r)},
+      {"own_rate_floor", OwnRateFloorJson(r)},
       {"peak_rss_bytes", r.peak_rss_bytes},
       {"experts_skipped", r.experts_skipped},
       {"expert_failures", failures},

@@ -1,13 +1,13 @@
-// Greedy generation (DESIGN.md §6 k3run, MODEL.md §7): the prompt is prefilled as ONE batch
-// (T rows per weight read), then tokens are decoded one at a time with carried state; with
-// `recompute` every step instead re-runs the whole prefix from zeroed state (the O(T²) check
-// path). Both produce bit-identical logits (tested).
+// Generation on a Sequence (DESIGN.md §6 k3run, MODEL.md §7): the prompt is prefilled as ONE
+// pass (T rows per weight read), then tokens are decoded one at a time with carried state; with
+// `recompute` every step instead re-runs the whole prefix from an empty sequence (the O(T²)
+// check path). Both produce bit-identical logits (tested).
 //
 // Steps: step 0 feeds the prompt; step s > 0 feeds the token chosen at step s−1 (or, with
 // recompute, the whole sequence so far). gen N runs N steps and chooses N tokens, stopping
 // early after a token in stop_ids (that token is part of the output); gen 0 runs step 0 only
-// (prefill) and chooses nothing.
-// Non-goals: sampling (temperature, top-p: the chat issue), speculative decoding, I/O.
+// (prefill) and chooses nothing. Tokens are chosen by the sequence's sampler (greedy unless it
+// samples: argmax, the lowest id on ties).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "k3run/engine/model.h"
-#include "k3run/weights/weights.h"
+#include "k3run/engine/session.h"
 
 namespace k3::run {
 
@@ -28,15 +27,13 @@ struct GenerateOptions {
   int64_t gen = 0;                 // tokens to generate
   bool recompute = false;
   std::vector<int64_t> stop_ids;
-  // Picks the next token from a step's logits [vocab]; empty = Greedy (lowest id on ties).
-  std::function<int32_t(const float* logits, int64_t vocab)> choose;
 };
 
 struct StepRecord {
   int64_t index = 0;      // 0 = prefill
   int64_t tokens_in = 0;  // rows fed this step
   int32_t token = -1;     // chosen token; −1 for a prefill-only run (gen 0)
-  double seconds = 0;     // forward + argmax
+  double seconds = 0;     // the pass + choosing the token
   ReadCounters bytes;     // read during this step
   SourceCounters source;  // expert requests/hits and I/O time during this step
 };
@@ -51,8 +48,8 @@ struct GenerateResult {
   bool stopped_by_id = false;
 };
 
-// `weights` is the model's source (read for the per-step byte counters).
-Result<GenerateResult> Generate(Model* model, WeightSource* weights, const GenerateOptions& o,
+// `seq` must be empty (a new or Reset sequence) with room for PositionsNeeded.
+Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOptions& o,
                                 const StepCallback& on_step);
 
 // KV cache positions a run needs: the prompt plus every generated token fed back (gen − 1).

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "k3run/engine/expert_waves.h"
 #include "k3run/kernels/matmul.h"
+#include "k3run/ops/glu.h"
 #include "k3run/ops/layer.h"
 #include "k3run/ops/norm.h"
 #include "k3run/ops/router.h"
@@ -37,55 +39,104 @@ Model::Model(const ModelConfig& c, WeightSource* weights, int layers)
 
 Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows,
                       float* logits) {
+  const Segment one{ids, T, state, all_rows ? Logits::kAll : Logits::kLast};
+  return Pass(std::span<const Segment>(&one, 1), logits);
+}
+
+Status Model::Pass(std::span<const Segment> segments, float* logits) {
+  int64_t T = 0;
+  std::vector<int32_t> ids;
+  for (const Segment& seg : segments) {
+    if (seg.n <= 0) return Status::Invalid("Forward: no tokens to feed");
+    ids.insert(ids.end(), seg.ids, seg.ids + seg.n);
+    T += seg.n;
+  }
   if (T <= 0) return Status::Invalid("Forward: no tokens to feed");
   const int64_t E = dims_.hidden;
   // h [T][E]: the embedding rows (bf16 widened, no scaling; §3.2).
   std::vector<float> h(static_cast<size_t>(T * E));
-  K3_RETURN_IF_ERROR(weights_->EmbeddingRows(ids, T, h.data()));
-  // Attention-residual snapshots of this call only (never carried across calls, §7).
+  K3_RETURN_IF_ERROR(weights_->EmbeddingRows(ids.data(), T, h.data()));
+  // Attention-residual snapshots of this pass only (never carried across passes, §7).
   ops::BlockStack blocks =
       ops::BlockStack::Make(T, E, config_.n_layers / config_.attn_res_block + 1);
+  ops::LayerScratch scratch;
   // Decoder layers (§3.3–3.7).
   for (int L = 0; L < layers_; ++L) {
     K3_ASSIGN_OR_RETURN(const ops::LayerWeights* w, weights_->Layer(L));
-    const ops::ExpertLookup experts = [this, L](int64_t e) {
-      return weights_->Expert(L, static_cast<int>(e));
-    };
-    ops::LayerState ls;
-    if (w->is_mla) {
-      ls.mla = &state->mla[static_cast<size_t>(L)];
-    } else {
-      ls.kda = &state->kda[static_cast<size_t>(L)];
-    }
-    // Each wave's reads are issued as soon as routing is known; its slots are released after
-    // the wave's expert work (the source bounds the wave size by its cache).
-    ops::ExpertWaves waves;
-    waves.max_experts = weights_->ExpertWaveSize();
-    waves.begin = [this, L](std::span<const int32_t> wave) { weights_->WillUse(L, wave); };
-    waves.end = [this, L] { weights_->ReleaseExperts(L); };
-    waves.ready = [this, L](int64_t e) { return weights_->ExpertReady(L, static_cast<int>(e)); };
-    waves.routed = [this, L](const float* pre_norm, int64_t rows) {
-      GuessNextExperts(L, pre_norm, rows);
-    };
-    Status s =
-        ops::DecoderLayer(L, *w, experts, dims_, h.data(), T, &blocks, ls, &stats_, &waves);
+    const Status s = RunLayer(L, *w, segments, h.data(), T, &blocks, &scratch);
     weights_->ReleaseExperts(L);
     weights_->ReleaseLayer(L);
     K3_RETURN_IF_ERROR(s);
   }
-  state->pos += T;
-  // Head (§3.8): AttnRes over [snapshots…, h], final RMSNorm, lm_head.
+  for (const Segment& seg : segments) seg.state->pos += seg.n;
+  // Head (§3.8): AttnRes over [snapshots…, h], final RMSNorm, lm_head, for the rows asked for.
   K3_ASSIGN_OR_RETURN(const HeadWeights* head, weights_->Head());
   ops::FinalAttnRes(blocks, head->output_attn_res_norm.data(), head->output_attn_res_proj.data(),
                     dims_.rms_eps, h.data(), T);
-  const int64_t first = all_rows ? 0 : T - 1;
-  const int64_t rows = T - first;
-  std::vector<float> x(static_cast<size_t>(rows * E));
-  for (int64_t r = 0; r < rows; ++r) {
-    ops::RmsNorm(h.data() + (first + r) * E, head->norm.data(), E, dims_.rms_eps,
-                 x.data() + r * E);
+  std::vector<float> x;
+  int64_t first = 0, rows = 0;
+  for (const Segment& seg : segments) {
+    const int64_t from = seg.logits == Logits::kAll    ? first
+                         : seg.logits == Logits::kLast ? first + seg.n - 1
+                                                       : first + seg.n;
+    for (int64_t t = from; t < first + seg.n; ++t, ++rows) {
+      x.resize(static_cast<size_t>((rows + 1) * E));
+      ops::RmsNorm(h.data() + t * E, head->norm.data(), E, dims_.rms_eps, x.data() + rows * E);
+    }
+    first += seg.n;
   }
+  if (rows == 0) return Status::Ok();
   return Head(x.data(), rows, logits);
+}
+
+// One decoder layer for every segment's rows: the attention per sequence, with its own state;
+// everything else over all rows at once (row by row, so the grouping never changes a bit).
+Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
+                       float* h, int64_t T, ops::BlockStack* blocks, ops::LayerScratch* s) {
+  auto state_of = [&](const Segment& seg) {
+    ops::LayerState ls;
+    if (w.is_mla) {
+      ls.mla = &seg.state->mla[static_cast<size_t>(L)];
+    } else {
+      ls.kda = &seg.state->kda[static_cast<size_t>(L)];
+    }
+    return ls;
+  };
+  // Every sequence's state is checked before the first phase changes anything.
+  for (const Segment& seg : segments) {
+    K3_RETURN_IF_ERROR(ops::CheckLayerState(L, w, seg.n, state_of(seg)));
+  }
+  K3_RETURN_IF_ERROR(ops::BeginLayer(L, w, dims_, h, T, blocks, s));
+  int64_t first = 0;
+  for (const Segment& seg : segments) {
+    K3_RETURN_IF_ERROR(ops::LayerAttention(L, w, dims_, first, seg.n, state_of(seg), s));
+    first += seg.n;
+  }
+  ops::MlpInput(w, dims_, *blocks, h, T, s);
+  if (w.is_dense) {
+    // The next (MoE) layer's likely experts can load while the dense FFN computes.
+    GuessNextExperts(L, h, T);
+    ops::GluMlp(w.dense, dims_.situ_b1, dims_.situ_b2, s->a.data(), T, s->out.data());
+  } else {
+    RunMoe(L, w, h, T, s);
+  }
+  ops::EndLayer(dims_, T, *s, h);
+  return Status::Ok();
+}
+
+// The MoE block with its routed experts read through the source: wave 0's reads are issued as
+// soon as routing is known, then the next layer's guess, then the work that needs no routed
+// expert, then the experts as they arrive (ExpertWaves); h is the MLP input before its norm.
+void Model::RunMoe(int L, const ops::LayerWeights& w, const float* h, int64_t T,
+                   ops::LayerScratch* s) {
+  const ops::Routing routing = ops::Route(w.moe, dims_, s->a.data(), T);
+  ExpertWaves waves(weights_, L, dims_, routing);
+  waves.Start();
+  GuessNextExperts(L, h, T);
+  ops::MoeScratch moe;
+  ops::MoeBegin(w.moe, dims_, s->a.data(), T, &moe);
+  waves.Run(&moe, &stats_);
+  ops::MoeCombine(w.moe, dims_, routing, moe, s->out.data());
 }
 
 // While layer L's experts load, the most likely experts of L+1 (ops::GuessExperts on L's pre-norm

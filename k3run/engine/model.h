@@ -3,18 +3,21 @@
 //
 // Goals: one token can be followed through Forward() in one sitting; every weight comes through
 // WeightSource (weights.h), so where bytes live (RAM, a ring, an expert cache) never shows here.
-// Bits: T rows in one Forward() equal T one-row calls with carried State (MODEL.md §7); the
-// thread count and ISA path never change a bit (DESIGN.md §7).
+// Bits: T rows in one Forward() equal T one-row calls with carried State (MODEL.md §7), and the
+// rows of several sequences in one Pass() equal each sequence's own Forward(); the thread count
+// and ISA path never change a bit (DESIGN.md §7).
 // Non-goals: sampling and the generation loop (k3run/engine/generate.h), memory planning (plan.h).
 // Thread safety: one Model and its State are used by one thread at a time.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
 #include "formats/config.h"
 #include "k3run/ops/kda.h"
+#include "k3run/ops/layer.h"
 #include "k3run/ops/mla.h"
 #include "k3run/ops/moe.h"
 #include "k3run/weights/weights.h"
@@ -34,13 +37,27 @@ struct State {
   void Reset();
 };
 
+// Which logits a sequence's rows of a pass produce.
+enum class Logits { kNone, kLast, kAll };
+
+// One sequence's rows in a pass: ids[0..n) fed at positions state->pos … pos + n − 1.
+struct Segment {
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  State* state = nullptr;
+  Logits logits = Logits::kLast;
+};
+
 class Model {
  public:
   // Runs the first `layers` layers (n_layers for the model; fewer is a diagnostic, not the model).
   Model(const ModelConfig& c, WeightSource* weights, int layers);
 
-  // Feeds ids[0..T) at positions state->pos … pos+T−1 and advances state->pos by T.
-  // logits: [T][vocab] when all_rows, else [vocab] for the last row only.
+  // ONE pass over the weights for the rows of every segment (each its own sequence, in any
+  // order; no state twice), advancing each state->pos by its n. logits: the rows each segment
+  // asks for, segment by segment ([n][vocab] for kAll, [vocab] for kLast).
+  Status Pass(std::span<const Segment> segments, float* logits);
+  // Pass() of one segment: logits [T][vocab] when all_rows, else [vocab] for the last row only.
   Status Forward(const int32_t* ids, int64_t T, State* state, bool all_rows, float* logits);
 
   int64_t vocab() const { return config_.vocab; }
@@ -50,6 +67,9 @@ class Model {
   int64_t experts_skipped() const { return stats_.experts_skipped; }
 
  private:
+  Status RunLayer(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
+                  float* h, int64_t T, ops::BlockStack* blocks, ops::LayerScratch* s);
+  void RunMoe(int L, const ops::LayerWeights& w, const float* h, int64_t T, ops::LayerScratch* s);
   Status Head(const float* h, int64_t rows, float* logits);
   // Hands the source a ranked guess of layer L+1's experts from L's pre-norm MLP input h [T][E].
   void GuessNextExperts(int L, const float* h, int64_t T);

@@ -37,72 +37,109 @@ void Aggregate(const BlockStack& blocks, const float* prefix, const Vec& norm, c
 
 }  // namespace
 
-Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& experts,
-                    const Dims& d, float* h, int64_t T, BlockStack* blocks, LayerState state,
-                    MoeStats* stats, const ExpertWaves* waves) {
-  if (T <= 0) return Status::Ok();
-  const int64_t E = d.hidden;
-  const bool boundary = layer % d.attn_res_block == 0;
-  if (boundary && blocks->count >= blocks->capacity) {
+Status CheckSnapshotRoom(int64_t layer, const Dims& d, const BlockStack& blocks) {
+  if (layer % d.attn_res_block == 0 && blocks.count >= blocks.capacity) {
     return Status::Invalid("layer " + std::to_string(layer) +
                            ": attention-residual snapshot stack full (capacity " +
-                           std::to_string(blocks->capacity) +
+                           std::to_string(blocks.capacity) +
                            "); size it n_layers / attn_res_block_size + 1");
   }
+  return Status::Ok();
+}
+
+Status CheckLayerState(int64_t layer, const LayerWeights& w, int64_t n, LayerState state) {
   if (w.is_mla ? state.mla == nullptr : state.kda == nullptr) {
     return Status::Invalid("layer " + std::to_string(layer) + ": no " +
                            (w.is_mla ? "MLA KV cache" : "KDA state") +
                            " given for this layer (internal: the model must pass one per layer)");
   }
-  if (w.is_mla && state.mla->len + T > state.mla->capacity) {
+  if (w.is_mla && state.mla->len + n > state.mla->capacity) {
     return Status::Invalid("layer " + std::to_string(layer) + ": MLA KV cache full: " +
-                           std::to_string(state.mla->len) + " + " + std::to_string(T) +
+                           std::to_string(state.mla->len) + " + " + std::to_string(n) +
                            " > capacity " + std::to_string(state.mla->capacity) +
                            "; size the cache for prompt + generated tokens before starting");
   }
+  return Status::Ok();
+}
+
+Status BeginLayer(int64_t layer, const LayerWeights& w, const Dims& d, float* h, int64_t T,
+                  BlockStack* blocks, LayerScratch* s) {
+  const int64_t E = d.hidden;
+  const bool boundary = layer % d.attn_res_block == 0;
+  K3_RETURN_IF_ERROR(CheckSnapshotRoom(layer, d, *blocks));
   const size_t n = static_cast<size_t>(T * E);
   // 1. prefix ← h
-  std::vector<float> prefix(h, h + n);
-  bool prefix_none = false;
+  s->prefix.assign(h, h + n);
+  s->prefix_none = false;
   // 2. pre-attention aggregation over the blocks as they were before this layer's push
   if (blocks->count > 0) {
-    Aggregate(*blocks, prefix.data(), w.self_attention_res_norm, w.self_attention_res_proj,
+    Aggregate(*blocks, s->prefix.data(), w.self_attention_res_norm, w.self_attention_res_proj,
               d.rms_eps, E, T, h);
   }
   // 3. boundary: push the un-aggregated layer input, prefix ← NONE
   if (boundary) {
     for (int64_t t = 0; t < T; ++t)
-      std::copy_n(prefix.data() + t * E, E, blocks->at(t, blocks->count));
+      std::copy_n(s->prefix.data() + t * E, E, blocks->at(t, blocks->count));
     blocks->count += 1;
-    prefix_none = true;
+    s->prefix_none = true;
   }
   // 4. a_in = RMSNorm(h, input_layernorm)
-  std::vector<float> a(n), att(n);
+  s->a.resize(n);
+  s->out.resize(n);
   for (int64_t t = 0; t < T; ++t)
-    RmsNorm(h + t * E, w.input_layernorm.data(), E, d.rms_eps, a.data() + t * E);
+    RmsNorm(h + t * E, w.input_layernorm.data(), E, d.rms_eps, s->a.data() + t * E);
+  return Status::Ok();
+}
+
+Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64_t first,
+                      int64_t n, LayerState state, LayerScratch* s) {
+  K3_RETURN_IF_ERROR(CheckLayerState(layer, w, n, state));
   // 5. attention
-  if (w.is_mla) {
-    K3_RETURN_IF_ERROR(MlaLayer(w.mla, d, a.data(), T, state.mla, att.data()));
-  } else {
-    KdaLayer(w.kda, d, a.data(), T, state.kda, att.data());
-  }
+  const float* a = s->a.data() + first * d.hidden;
+  float* att = s->out.data() + first * d.hidden;
+  if (w.is_mla) return MlaLayer(w.mla, d, a, n, state.mla, att);
+  KdaLayer(w.kda, d, a, n, state.kda, att);
+  return Status::Ok();
+}
+
+void MlpInput(const LayerWeights& w, const Dims& d, const BlockStack& blocks, float* h,
+              int64_t T, LayerScratch* s) {
+  const int64_t E = d.hidden;
+  const size_t n = static_cast<size_t>(T * E);
   // 6. prefix ← att, or prefix + att
-  for (size_t i = 0; i < n; ++i) prefix[i] = prefix_none ? att[i] : prefix[i] + att[i];
+  for (size_t i = 0; i < n; ++i) {
+    s->prefix[i] = s->prefix_none ? s->out[i] : s->prefix[i] + s->out[i];
+  }
   // 7. pre-MLP aggregation, unconditional
-  Aggregate(*blocks, prefix.data(), w.mlp_res_norm, w.mlp_res_proj, d.rms_eps, E, T, h);
+  Aggregate(blocks, s->prefix.data(), w.mlp_res_norm, w.mlp_res_proj, d.rms_eps, E, T, h);
   // 8. m_in = RMSNorm(h, post_attention_layernorm)
   for (int64_t t = 0; t < T; ++t)
-    RmsNorm(h + t * E, w.post_attention_layernorm.data(), E, d.rms_eps, a.data() + t * E);
+    RmsNorm(h + t * E, w.post_attention_layernorm.data(), E, d.rms_eps, s->a.data() + t * E);
+}
+
+void EndLayer(const Dims& d, int64_t T, const LayerScratch& s, float* h) {
+  // 10. output = prefix + mlp
+  const size_t n = static_cast<size_t>(T * d.hidden);
+  for (size_t i = 0; i < n; ++i) h[i] = s.prefix[i] + s.out[i];
+}
+
+Status DecoderLayer(int64_t layer, const LayerWeights& w, ExpertTable experts, const Dims& d,
+                    float* h, int64_t T, BlockStack* blocks, LayerState state, MoeStats* stats) {
+  if (T <= 0) return Status::Ok();
+  // Every check before any phase changes the blocks or the state, as one call promises.
+  K3_RETURN_IF_ERROR(CheckSnapshotRoom(layer, d, *blocks));
+  K3_RETURN_IF_ERROR(CheckLayerState(layer, w, T, state));
+  LayerScratch s;
+  K3_RETURN_IF_ERROR(BeginLayer(layer, w, d, h, T, blocks, &s));
+  K3_RETURN_IF_ERROR(LayerAttention(layer, w, d, 0, T, state, &s));
+  MlpInput(w, d, *blocks, h, T, &s);
   // 9. MLP
   if (w.is_dense) {
-    // The next (MoE) layer's likely experts can load while the dense FFN computes.
-    if (waves != nullptr && waves->routed) waves->routed(h, T);
-    GluMlp(w.dense, d.situ_b1, d.situ_b2, a.data(), T, att.data());
+    GluMlp(w.dense, d.situ_b1, d.situ_b2, s.a.data(), T, s.out.data());
   } else {
-    MoeBlock(w.moe, experts, d, a.data(), T, att.data(), stats, waves, h);
+    MoeBlock(w.moe, experts, d, s.a.data(), T, s.out.data(), stats);
   }
-  // 10. output = prefix + mlp
-  for (size_t i = 0; i < n; ++i) h[i] = prefix[i] + att[i];
+  EndLayer(d, T, s, h);
   return Status::Ok();
 }
 

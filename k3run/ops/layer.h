@@ -36,12 +36,42 @@ struct LayerState {
   MlaCache* mla = nullptr;
 };
 
-// h [T][E]: in, the layer input (the previous layer's running prefix; the embedding at layer 0);
-// out, this layer's output. `layer` is zero-based (boundary iff layer % attn_res_block == 0).
-// Fails only on a full MLA cache or a full BlockStack (nothing is changed then).
-Status DecoderLayer(int64_t layer, const LayerWeights& w, const ExpertLookup& experts,
-                    const Dims& d, float* h, int64_t T, BlockStack* blocks, LayerState state,
-                    MoeStats* stats, const ExpertWaves* waves = nullptr);
+// A decoder layer in four phases, so that a caller can run the attention of several sequences
+// (each with its own state) and the MLP of all their rows in one pass:
+//   BeginLayer (steps 1–4, every row) → LayerAttention (step 5, per sequence: rows [first,
+//   first + n) with that sequence's state) → MlpInput (steps 6–8, every row) → the MLP on
+//   LayerScratch::a into LayerScratch::out (dense GluMlp, or the MoE operators of moe.h) →
+//   EndLayer (step 10). Every phase but attention works row by row, so how rows are grouped
+//   never changes a bit.
+struct LayerScratch {
+  std::vector<float> prefix;  // [T][E] the running prefix (step 1, 6)
+  std::vector<float> a;       // [T][E] attention input (step 4), then MLP input (step 8)
+  std::vector<float> out;     // [T][E] attention output (step 5), then MLP output
+  bool prefix_none = false;   // a boundary layer restarted the prefix (step 3)
+};
+
+// kInvalid when a boundary layer would push onto a full snapshot stack.
+Status CheckSnapshotRoom(int64_t layer, const Dims& d, const BlockStack& blocks);
+// kInvalid when the layer's state is missing or n more rows do not fit its MLA cache.
+Status CheckLayerState(int64_t layer, const LayerWeights& w, int64_t n, LayerState state);
+
+// h [T][E]: in, the layer input (the previous layer's running prefix; the embedding at layer 0).
+// `layer` is zero-based (boundary iff layer % attn_res_block == 0). Fails only on a full
+// BlockStack (nothing is changed then).
+Status BeginLayer(int64_t layer, const LayerWeights& w, const Dims& d, float* h, int64_t T,
+                  BlockStack* blocks, LayerScratch* s);
+// Fails on a missing state or a full MLA cache (nothing is changed then).
+Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64_t first,
+                      int64_t n, LayerState state, LayerScratch* s);
+// h ← the MLP input before its norm (what the next layer's expert guess reads); s->a ← its norm.
+void MlpInput(const LayerWeights& w, const Dims& d, const BlockStack& blocks, float* h,
+              int64_t T, LayerScratch* s);
+// h ← prefix + s->out.
+void EndLayer(const Dims& d, int64_t T, const LayerScratch& s, float* h);
+
+// The four phases for one sequence with every expert at hand (MoeBlock): tests and fixtures.
+Status DecoderLayer(int64_t layer, const LayerWeights& w, ExpertTable experts, const Dims& d,
+                    float* h, int64_t T, BlockStack* blocks, LayerState state, MoeStats* stats);
 
 // After the last layer: h ← AttnRes([all snapshots…, h], fold = norm ⊙ proj). h [T][E] in/out.
 void FinalAttnRes(const BlockStack& blocks, const float* norm, const float* proj, float eps,

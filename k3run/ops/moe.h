@@ -1,16 +1,19 @@
-// The stable LatentMoE block (MODEL.md §3.6) over T rows.
+// The stable LatentMoE block (MODEL.md §3.6) over T rows, as operators on buffers.
 //
-// Routed experts are not part of MoeWeights: they arrive through an ExpertLookup so that the
-// caller can serve them from RAM, an expert cache or a fixture. Route() is separate so a
-// streaming caller can issue the expert reads the moment routing is known, then call MoeApply().
+// The block is split where a streaming caller needs to act: Route() gives the experts the rows
+// chose; MoeBegin() computes what needs no routed expert (the latent rows, step 5, and the shared
+// experts, step 9); ExpertForward() runs one routed expert over the rows that chose it (step 6a)
+// into their slots; MoeCombine() sums each token's slots in top-k order and finishes (steps
+// 6b–10). Which experts are at hand when, and in what order they are visited, is the caller's
+// business (engine/expert_waves.h reads them in waves); ops/ does no I/O and takes no callbacks.
 // Bits: every (token, j) expert output lands in its own [T][topk][latent] slot and each token sums
-// its slots in top-k order after all experts ran, so T, the order experts are visited and the
-// expert cache never change a bit (DESIGN.md §7). A missing expert (lookup returns null) is
-// skipped — its term is absent — and counted: the run is then invalid (exit 4), never silent.
+// its slots in top-k order after every expert ran, so T, the order experts are visited and the
+// thread that runs each never change a bit (DESIGN.md §7). A missing expert (never run) leaves
+// its slots empty: its term is absent, and the caller counts it (the run is then invalid, exit
+// 4, never silent).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -18,28 +21,8 @@
 
 namespace k3::ops {
 
-// Returns the routed expert e of this layer, or nullptr if it could not be loaded.
-using ExpertLookup = std::function<const GluWeights*(int64_t expert)>;
-
-// Lets a streaming caller bound how many distinct experts are held at once (DESIGN.md §7
-// "Multi-token passes"): the pass's expert union is visited in waves of at most max_experts
-// (ascending id order); begin(wave) runs before the wave's lookups (issue its batch read there),
-// end() after the wave's expert work (release its slots). ready(e), when set, says whether
-// expert e's lookup would return without waiting for its read: a wave is computed in rounds, each
-// taking the first expert not yet computed (waiting for it) plus every other one that is ready,
-// so experts compute while the rest of the wave's reads are in flight. Bits never change:
-// outputs land in per-(token, j) slots summed after the last wave.
-struct ExpertWaves {
-  int64_t max_experts = 0;  // 0: one wave holding the whole union
-  std::function<void(std::span<const int32_t> wave)> begin;
-  std::function<void()> end;
-  std::function<bool(int64_t expert)> ready;  // null: every expert is ready
-  // Called once per pass with the layer's MLP input before its post-attention norm, h [T][E] (the
-  // residual stream after the pre-MLP aggregation): by MoeApply right after wave 0's begin, and
-  // by a dense layer before its FFN (ops::DecoderLayer), so the caller may start reading the next
-  // layer's likely experts (ops::GuessExperts, WeightSource::Prefetch). Null: none.
-  std::function<void(const float* h, int64_t T)> routed;
-};
+// Routed experts by id; null where an expert is unavailable.
+using ExpertTable = std::span<const GluWeights* const>;
 
 struct Routing {
   int64_t T = 0, topk = 0;
@@ -48,22 +31,46 @@ struct Routing {
 };
 
 struct MoeStats {
-  int64_t experts_skipped = 0;  // (token, j) pairs whose expert was unavailable
+  int64_t experts_skipped = 0;   // (token, j) pairs whose expert was unavailable
   std::vector<int32_t> missing;  // distinct expert ids that were unavailable
 };
 
 // x [T][E] (the post-attention-layernormed rows).
 Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T);
 
-// out [T][E] = W_up · RMSNorm(Σ_j w_j · expert_j(W_down x)) + shared(x). pre_norm [T][E] is
-// what waves->routed receives: the rows x was normed from (null: x itself).
-void MoeApply(const MoeWeights& w, const Routing& r, const ExpertLookup& experts, const Dims& d,
-              const float* x, int64_t T, float* out, MoeStats* stats,
-              const ExpertWaves* waves = nullptr, const float* pre_norm = nullptr);
+// The distinct expert ids of a routing, ascending.
+std::vector<int32_t> SelectedExperts(const Routing& r);
 
-// Route + MoeApply.
-void MoeBlock(const MoeWeights& w, const ExpertLookup& experts, const Dims& d, const float* x,
-              int64_t T, float* out, MoeStats* stats, const ExpertWaves* waves = nullptr,
-              const float* pre_norm = nullptr);
+// The rows (flat slot index t·topk + j, ascending) routed to `expert`, appended to *rows.
+void RowsOf(const Routing& r, int32_t expert, std::vector<int64_t>* rows);
+
+// What one MoE block holds between MoeBegin and MoeCombine.
+struct MoeScratch {
+  int64_t T = 0;
+  std::vector<float> z;       // [T][latent] latent rows (step 5)
+  std::vector<float> shared;  // [T][E] shared experts' output (step 9)
+  std::vector<float> slots;   // [T][topk][latent] routed expert outputs
+  std::vector<char> have;     // [T][topk] whether the slot was written
+};
+
+// Steps 5 and 9 for x [T][E]; sizes the slots.
+void MoeBegin(const MoeWeights& w, const Dims& d, const float* x, int64_t T, MoeScratch* s);
+
+// Floats of work space ExpertForward needs for n rows.
+int64_t ExpertWorkFloats(const Dims& d, int64_t n);
+
+// Step 6a for one expert over its n slot rows (RowsOf), on the calling thread: writes only those
+// slots (and marks them had). `work` holds ExpertWorkFloats(d, n) floats of its own.
+void ExpertForward(const GluWeights& e, const Dims& d, const int64_t* rows, int64_t n,
+                   float* work, MoeScratch* s);
+
+// Steps 6b–10: out [T][E] = W_up · RMSNorm(Σ_j w_j · slot_j) + shared.
+void MoeCombine(const MoeWeights& w, const Dims& d, const Routing& r, const MoeScratch& s,
+                float* out);
+
+// The whole block with every expert in `experts` (the fixtures' and tests' path): Route,
+// MoeBegin, each selected expert in ascending id order (in parallel), MoeCombine.
+void MoeBlock(const MoeWeights& w, ExpertTable experts, const Dims& d, const float* x,
+              int64_t T, float* out, MoeStats* stats);
 
 }  // namespace k3::ops

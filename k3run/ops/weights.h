@@ -114,7 +114,7 @@ struct GluWeights {
   Matrix down;  // mlp.down_proj | shared_experts.down_proj | experts.e.w2   [in][W]
 };
 
-// LatentMoE without its routed experts (those come through an ExpertLookup, see moe.h).
+// LatentMoE without its routed experts (the caller hands them to the operators of moe.h).
 struct MoeWeights {
   Matrix gate;           // block_sparse_moe.gate                        [N][E]  F32 or BF16 only
   Vec score_bias;        // block_sparse_moe.gate.e_score_correction_bias [N]    selection only

@@ -1,4 +1,4 @@
-// CacheTraceWriter: the routing trace behind `k3run --dump-cache-trace DIR` (issue #7), so
+// CacheTraceWriter: the routing trace behind `k3run --dump-cache-trace DIR` so
 // `scripts/cache-replay` can replay the expert cache offline and compare LRU, S3-FIFO and Belady
 // (optimal) hit rates at any capacity. Format: docs/CACHE-TRACE.md.
 //

@@ -52,6 +52,10 @@
 
 namespace k3::run {
 
+// Guesses of the next MoE layer's experts read ahead per layer (docs/STREAMING.md "Reading
+// ahead": chosen on the bench preset's budget ladder).
+inline constexpr int kDefaultPrefetchExperts = 8;
+
 struct StreamingOptions {
   bool verify_reads = false;
   bool force_pread = false;  // BatchReader without io_uring

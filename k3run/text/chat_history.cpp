@@ -102,27 +102,6 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
   return m;
 }
 
-void AppendEscaped(std::string_view s, std::string* out) {
-  for (const char ch : s) {
-    const auto b = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\r': *out += "\\r"; break;
-      case '\t': *out += "\\t"; break;
-      default:
-        if (b < 0x20) {
-          *out += "\\u00";
-          *out += "0123456789abcdef"[b >> 4];
-          *out += "0123456789abcdef"[b & 15];
-        } else {
-          *out += ch;
-        }
-    }
-  }
-}
-
 }  // namespace
 
 Result<std::vector<ChatMessage>> ParseHistory(std::string_view text, const std::string& source) {
@@ -156,17 +135,11 @@ Status CheckRoleOrder(const std::vector<ChatMessage>& messages, const std::strin
 std::string SerializeHistory(const std::vector<ChatMessage>& messages) {
   std::string out;
   for (const ChatMessage& m : messages) {
-    out += "{\"role\":\"";
-    AppendEscaped(m.role, &out);
-    out += "\",\"content\":\"";
-    AppendEscaped(m.content, &out);
-    out += "\"";
-    if (m.role == "assistant" && !m.reasoning.empty()) {
-      out += ",\"reasoning_content\":\"";
-      AppendEscaped(m.reasoning, &out);
-      out += "\"";
-    }
-    out += "}\n";
+    nlohmann::ordered_json line = {{"role", m.role}, {"content", m.content}};
+    if (m.role == "assistant" && !m.reasoning.empty()) line["reasoning_content"] = m.reasoning;
+    // Messages are sanitised UTF-8; `replace` keeps a stray invalid byte from throwing.
+    out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
   }
   return out;
 }

@@ -3,9 +3,9 @@
 //
 // Goals: k3run/engine/model.cpp never knows where bytes live. It asks for a trunk layer view
 // (ops::LayerWeights), a routed expert (ops::GluWeights by layer and expert), embedding rows,
-// lm_head rows in chunks and the head vectors, and says when it is done with a layer. The
-// streaming issue replaces RamWeights with a ring/cache implementation of the same interface
-// without touching k3run/engine/model.cpp.
+// lm_head rows in chunks and the head vectors, and says when it is done with a layer. RamWeights
+// (here) holds what it reads; StreamingWeights (k3run/stream/) streams within a budget through a
+// ring and an expert cache behind the same interface.
 // Non-goals: memory planning beyond reporting what an implementation holds; prefetch policy.
 //
 // Lifetimes: a LayerWeights view is valid until ReleaseLayer(layer) (RamWeights keeps every

@@ -144,7 +144,7 @@ std::vector<Pass> RandomPasses(const CacheTraceHeader& h, int steps, int prefill
   return passes;
 }
 
-// Exactly what ops::MoeApply + StreamingWeights do: waves of max(1, slots − 1) ascending ids;
+// Exactly what ExpertWaves (k3run/engine) + StreamingWeights do: waves of max(1, slots − 1) ascending ids;
 // per wave Lookup each (hit → pin), Reserve the missing ones in order, UnpinAll at the end.
 CacheTraceCounters DriveEngine(const CacheTraceHeader& h, const std::vector<Pass>& passes,
                                int slots, CachePolicy policy, CacheTraceWriter* trace) {

@@ -62,13 +62,16 @@ std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsO
 std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
                                     bool recompute, std::vector<float>* logits, int layers) {
   const ModelConfig& c = e->prepared.manifest.config;
-  Model model(c, e->weights.get(), layers == 0 ? c.n_layers : layers);
+  const int64_t positions = PositionsNeeded(static_cast<int64_t>(prompt.size()), gen);
+  std::unique_ptr<run::Engine> engine =
+      run::Engine::WithSource(c, e->weights.get(), layers, positions);
+  std::unique_ptr<Sequence> seq = engine->NewSequence();
   GenerateOptions o;
   o.prompt = prompt;
   o.gen = gen;
   o.recompute = recompute;
   Result<GenerateResult> r =
-      Generate(&model, e->weights.get(), o, [&](const StepRecord&, const float* l) {
+      Generate(engine.get(), seq.get(), o, [&](const StepRecord&, const float* l) {
         logits->insert(logits->end(), l, l + c.vocab);
         return Status::Ok();
       });

@@ -265,7 +265,7 @@ TEST(StreamingCliReport, StreamingNullWithoutBudget) {
 // What a k3run process holds beyond memory_plan.total_bytes (KV cache + state + scratch +
 // weights held): the executable and its shared libraries (libstdc++, liburing, …; `k3run
 // --list-presets` alone peaks at 6.4 MiB), the heap's slack, the prepared dir's manifest and
-// decoded experts.idx (92 × 64 records), the detokenizer's table, the reader threads' stacks and
+// decoded experts.idx (92 × 64 records), the tokenizer's tables, the reader threads' stacks and
 // io_uring bounce slots. Measured on the small preset at its minimum budget without the floor
 // probes (3 runs, io_uring backend): 8.9–9.0 MiB over a plan of 14.6 MiB. 16 MiB leaves room
 // for a pread-pool machine; the brief caps it at 64 MiB.

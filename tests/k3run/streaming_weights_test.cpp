@@ -45,7 +45,12 @@ Output RunGen(Model* model, WeightSource* w, int64_t vocab, int64_t gen) {
   GenerateOptions o;
   o.prompt = kPrompt;
   o.gen = gen;
-  Result<GenerateResult> r = Generate(model, w, o, [&](const StepRecord&, const float* l) {
+  std::unique_ptr<Engine> engine = Engine::WithSource(
+      model->config(), w, model->layers(),
+      PositionsNeeded(static_cast<int64_t>(o.prompt.size()), o.gen));
+  std::unique_ptr<Sequence> seq = engine->NewSequence();
+  Result<GenerateResult> r =
+      Generate(engine.get(), seq.get(), o, [&](const StepRecord&, const float* l) {
     out.logits.insert(out.logits.end(), l, l + vocab);
     return Status::Ok();
   });

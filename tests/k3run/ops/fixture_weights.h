@@ -21,12 +21,12 @@ MlaWeights MlaFrom(const Fixture& f, const std::string& p);
 struct FixtureMoe {
   MoeWeights w;
   std::vector<GluWeights> experts;
-  ExpertLookup Lookup() const {
-    return [this](int64_t e) -> const GluWeights* {
-      return e >= 0 && e < static_cast<int64_t>(experts.size()) ? &experts[static_cast<size_t>(e)]
-                                                                 : nullptr;
-    };
+  ExpertTable Lookup() const {
+    table.clear();
+    for (const GluWeights& g : experts) table.push_back(&g);
+    return table;
   }
+  mutable std::vector<const GluWeights*> table;
 };
 FixtureMoe MoeFrom(const Fixture& f, const std::string& p, int64_t n_experts);
 

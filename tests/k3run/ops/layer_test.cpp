@@ -96,33 +96,35 @@ TEST(DecoderLayer, LayerZeroWorkedExample) {
   ExpectSameBits(F(r.blocks.at(0, 0), r.blocks.at(0, 0) + d.hidden), e, "snapshot 0 = e");
 }
 
-// The MLP input before its norm goes to ExpertWaves::routed once, before the FFN, in a dense
-// layer as in a MoE layer (the caller ranks the next layer's experts with it, under the next
-// layer's own norm): exactly the aggregate the MLP's norm sees.
-TEST(DecoderLayer, PreNormMlpInputHandedToRoutedInDenseAndMoeLayers) {
+// The phases of a layer leave in h, after MlpInput, the MLP input before its norm (what the
+// engine ranks the next layer's experts with, under that layer's own norm), and its norm in
+// LayerScratch::a: in a dense layer as in a MoE layer, and the phases compose to DecoderLayer.
+TEST(DecoderLayer, PhasesLeaveThePreNormMlpInputAndComposeToTheLayer) {
   const Dims d = RandomDims();
   RandomModel m(d);
   for (bool dense : {true, false}) {
     SCOPED_TRACE(dense ? "dense" : "moe");
     const LayerWeights w = m.Layer(false, dense);
     const F e = m.Activations(d.hidden);
-    std::vector<F> seen;
-    ExpertWaves waves;
-    waves.routed = [&](const float* x, int64_t T) {
-      seen.emplace_back(x, x + T * d.hidden);
-    };
     F h = e;
     BlockStack blocks = BlockStack::Make(1, d.hidden, 4);
     KdaState st = KdaState::Zero(d);
-    const Status s = DecoderLayer(0, w, m.Experts(), d, h.data(), 1, &blocks, {&st, nullptr},
-                                  nullptr, &waves);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    ASSERT_EQ(seen.size(), 1u) << "routed must be called once per pass";
+    LayerScratch s;
+    ASSERT_TRUE(BeginLayer(0, w, d, h.data(), 1, &blocks, &s).ok());
+    ASSERT_TRUE(LayerAttention(0, w, d, 0, 1, {&st, nullptr}, &s).ok());
+    MlpInput(w, d, blocks, h.data(), 1, &s);
     const F att = Kda(w, d, Norm(e, w.input_layernorm, d));
     const F h2 = Agg({&e, &att}, w.mlp_res_norm, w.mlp_res_proj, d);
-    ExpectSameBits(seen[0], h2, "the pre-norm MLP input");
-    ExpectSameBits(h, Add(att, Mlp(w, m, d, Norm(h2, w.post_attention_layernorm, d))),
-                   "out (the hook changes nothing)");
+    ExpectSameBits(h, h2, "the pre-norm MLP input");
+    ExpectSameBits(s.a, Norm(h2, w.post_attention_layernorm, d), "the MLP input");
+    F whole = e;
+    BlockStack blocks2 = BlockStack::Make(1, d.hidden, 4);
+    KdaState st2 = KdaState::Zero(d);
+    ASSERT_TRUE(
+        DecoderLayer(0, w, m.Experts(), d, whole.data(), 1, &blocks2, {&st2, nullptr}, nullptr)
+            .ok());
+    ExpectSameBits(whole, Add(att, Mlp(w, m, d, Norm(h2, w.post_attention_layernorm, d))),
+                   "DecoderLayer out");
   }
 }
 
@@ -185,7 +187,7 @@ TEST(MoeBlock, ComposedStepByStepInTopKOrder) {
   F z(static_cast<size_t>(d.latent)), acc(static_cast<size_t>(d.latent), 0.0f), y(acc.size());
   kernels::MatVec(w.moe.down, x.data(), z.data());
   for (int64_t j = 0; j < d.topk; ++j) {
-    GluMlp(*m.Experts()(r.idx[static_cast<size_t>(j)]), d.situ_b1, d.situ_b2, z.data(), 1, y.data());
+    GluMlp(*m.Experts()[static_cast<size_t>(r.idx[static_cast<size_t>(j)])], d.situ_b1, d.situ_b2, z.data(), 1, y.data());
     for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + r.weight[static_cast<size_t>(j)] * y[i];
   }
   RmsNorm(acc.data(), w.moe.norm.data(), d.latent, d.rms_eps, acc.data());

@@ -145,11 +145,10 @@ LayerWeights RandomModel::Layer(bool mla, bool dense) {
   return w;
 }
 
-ExpertLookup RandomModel::Experts() const {
-  return [this](int64_t e) -> const GluWeights* {
-    return e >= 0 && e < static_cast<int64_t>(experts_.size()) ? &experts_[static_cast<size_t>(e)]
-                                                               : nullptr;
-  };
+ExpertTable RandomModel::Experts() const {
+  table_.clear();
+  for (const GluWeights& g : experts_) table_.push_back(&g);
+  return table_;
 }
 
 }  // namespace k3::ops::testing

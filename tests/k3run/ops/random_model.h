@@ -22,7 +22,8 @@ class RandomModel {
 
   // A KDA or MLA layer, dense or MoE. The views stay valid while this object lives.
   LayerWeights Layer(bool mla, bool dense);
-  ExpertLookup Experts() const;
+  // Every routed expert by id (valid until the next Layer call).
+  ExpertTable Experts() const;
 
   // Random activations [n], normal(0, scale).
   std::vector<float> Activations(int64_t n, float scale = 1.0f);
@@ -40,6 +41,7 @@ class RandomModel {
   std::deque<std::vector<float>> f32_;
   std::deque<std::vector<uint8_t>> u8_;
   std::vector<GluWeights> experts_;
+  mutable std::vector<const GluWeights*> table_;  // Experts()
 };
 
 }  // namespace k3::ops::testing

@@ -223,7 +223,7 @@ TEST(Ref64, LatentMoeWithMxfp4Experts) {
     V acc(static_cast<size_t>(d.latent), 0.0);
     for (int64_t j = 0; j < d.topk; ++j) {
       const int64_t e = order[static_cast<size_t>(j)];
-      const GluWeights& ew = *m.Experts()(e);
+      const GluWeights& ew = *m.Experts()[static_cast<size_t>(e)];
       const V y = Mul(ew.down, Situ64(Mul(ew.gate, z), Mul(ew.up, z), d.situ_b1, d.situ_b2));
       const double wj = Sig(logit[static_cast<size_t>(e)]) / S * d.routed_scale;
       for (size_t i = 0; i < acc.size(); ++i) acc[i] += wj * y[i];

@@ -55,7 +55,7 @@ TEST(ValidateLayer, MatrixWithoutData) {
 TEST(ValidateLayer, Mxfp4MatrixWithoutScales) {
   const Dims d = RandomDims();
   RandomModel m(d);
-  GluWeights e = *m.Experts()(5);
+  GluWeights e = *m.Experts()[5];
   e.down.scales = nullptr;
   EXPECT_INVALID_WITH(ValidateExpert(e, d, 4, 5), "layer 4", "block_sparse_moe.experts.5.w2",
                       "E8M0 scales");
@@ -180,18 +180,19 @@ TEST(OpsRefusal, MissingExpertIsSkippedAndCounted) {
   const std::vector<float> x = m.Activations(2 * d.hidden, 2.0f);
   const Routing r = Route(w.moe, d, x.data(), 2);
   const int32_t gone = r.idx[0];
-  const ExpertLookup all = m.Experts();
-  const ExpertLookup lossy = [&](int64_t e) { return e == gone ? nullptr : all(e); };
+  const ExpertTable all = m.Experts();
+  std::vector<const GluWeights*> lossy(all.begin(), all.end());
+  lossy[static_cast<size_t>(gone)] = nullptr;
   std::vector<float> y(x.size()), y_ok(x.size());
   MoeStats stats;
-  MoeApply(w.moe, r, lossy, d, x.data(), 2, y.data(), &stats);
+  MoeBlock(w.moe, lossy, d, x.data(), 2, y.data(), &stats);
   int64_t uses = 0;
   for (int32_t e : r.idx) uses += e == gone;
   EXPECT_EQ(stats.experts_skipped, uses);
   ASSERT_EQ(stats.missing.size(), 1u);
   EXPECT_EQ(stats.missing[0], gone);
   MoeStats ok;
-  MoeApply(w.moe, r, all, d, x.data(), 2, y_ok.data(), &ok);
+  MoeBlock(w.moe, all, d, x.data(), 2, y_ok.data(), &ok);
   EXPECT_EQ(ok.experts_skipped, 0);
   EXPECT_NE(y, y_ok);  // the skipped term is absent, not silently substituted
 }

@@ -1,0 +1,240 @@
+// The Session API (see session.h): opening, planning, sequences and passes.
+#include "k3run/engine/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/hash.h"
+#include "common/sysinfo.h"
+
+namespace k3::run {
+
+// ---- Sequence ----
+
+Sequence::Sequence(State state, int64_t capacity, Sampler sampler)
+    : state_(std::move(state)), capacity_(capacity), sampler_(std::move(sampler)) {}
+
+void Sequence::Reset() {
+  state_.Reset();
+  tokens_.clear();
+  pending_ids_.clear();
+  pending_ = 0;
+}
+
+// ---- Opening ----
+
+namespace {
+
+// Reads a tokenizer file that k3.json lists as a region and checks its XXH3-128 first; these
+// bytes are the ones parsed.
+Result<std::optional<std::string>> ReadCheckedRegion(Env* env, const prepared::PreparedDir& p,
+                                                     const std::string& name) {
+  const prepared::Region* r = p.manifest.FindRegion(name);
+  if (r == nullptr) return std::optional<std::string>();
+  const std::string path = JoinPath(p.dir, r->file);
+  K3_ASSIGN_OR_RETURN(std::string text, ReadFileToString(env, path));
+  if (text.size() != r->length) {
+    return Status::Invalid(path + ": " + std::to_string(text.size()) + " bytes, k3.json says " +
+                           std::to_string(r->length));
+  }
+  const Hash128 got = Xxh3_128(text.data(), text.size());
+  if (!(got == r->xxh3_128)) {
+    return Status::Integrity(path + ": XXH3-128 " + got.Hex() + " differs from k3.json's " +
+                             r->xxh3_128.Hex() + " (the file was altered; re-run k3prep pack)");
+  }
+  return std::optional<std::string>(std::move(text));
+}
+
+}  // namespace
+
+Result<std::optional<tok::Tokenizer>> LoadPreparedTokenizer(Env* env,
+                                                            const prepared::PreparedDir& p) {
+  const std::string model_name = "tokenizer/tiktoken.model";
+  const std::string config_name = "tokenizer/tokenizer_config.json";
+  K3_ASSIGN_OR_RETURN(std::optional<std::string> model, ReadCheckedRegion(env, p, model_name));
+  K3_ASSIGN_OR_RETURN(std::optional<std::string> config, ReadCheckedRegion(env, p, config_name));
+  if (!model || !config) return std::optional<tok::Tokenizer>();
+  const std::string model_path = JoinPath(p.dir, model_name);
+  const std::string config_path = JoinPath(p.dir, config_name);
+  K3_ASSIGN_OR_RETURN(tiktoken::Vocab vocab, tiktoken::ParseTiktokenModel(*model, model_path));
+  K3_ASSIGN_OR_RETURN(tiktoken::TokenizerConfig parsed,
+                      tiktoken::ParseTokenizerConfig(*config, config_path));
+  K3_ASSIGN_OR_RETURN(tok::Tokenizer t,
+                      tok::Tokenizer::FromParts(std::move(vocab), std::move(parsed),
+                                                p.manifest.config.vocab,
+                                                model_path + " + " + config_path));
+  return std::optional<tok::Tokenizer>(std::move(t));
+}
+
+Result<std::unique_ptr<Engine>> Engine::Open(Env* env, const std::string& dir,
+                                             const std::string& model_dir) {
+  prepared::OpenOptions open;
+  open.model_dir = model_dir;
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(env, dir, open);
+  if (!p.ok() && p.status().code() == Code::kIntegrity) {
+    // A manifest that fails its sum is untrusted input (DESIGN.md §5): exit 2.
+    return Status::Invalid("untrusted manifest: " + p.status().message() +
+                           " (run k3verify prepared, or re-run k3prep pack)");
+  }
+  K3_RETURN_IF_ERROR(p.status());
+  std::unique_ptr<Engine> e(new Engine());
+  e->env_ = env;
+  e->prepared_ = std::make_unique<prepared::PreparedDir>(std::move(p).value());
+  e->config_ = e->prepared_->manifest.config;
+  e->layers_ = e->config_.n_layers;
+  K3_ASSIGN_OR_RETURN(e->tokenizer_, LoadPreparedTokenizer(env, *e->prepared_));
+  return e;
+}
+
+std::unique_ptr<Engine> Engine::WithSource(const ModelConfig& c, WeightSource* source,
+                                           int layers, int64_t positions) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->config_ = c;
+  e->layers_ = layers == 0 ? c.n_layers : layers;
+  e->options_.positions = positions;
+  e->source_ = source;
+  e->model_ = std::make_unique<Model>(c, source, e->layers_);
+  return e;
+}
+
+// ---- The memory plan and the weights ----
+
+Status Engine::Plan(const PlanOptions& o) {
+  const ModelConfig& c = config_;
+  layers_ = o.layers == 0 ? c.n_layers : o.layers;
+  if (layers_ < 1 || layers_ > c.n_layers) {
+    return Status::Invalid("--layers " + std::to_string(o.layers) + ": must be in [1, " +
+                           std::to_string(c.n_layers) + "] (the model has " +
+                           std::to_string(c.n_layers) + " layers)");
+  }
+  options_ = o;
+  K3_ASSIGN_OR_RETURN(uint64_t avail, o.mem_available ? o.mem_available() : MemAvailableBytes());
+  mem_available_ = avail;
+  if (o.budget.any()) {
+    K3_ASSIGN_OR_RETURN(StreamingPlan sp, PlanStreaming(*prepared_, o.budget, avail));
+    streaming_plan_ = std::move(sp);
+  }
+  // --preload is refused before any weight is loaded, probed or allocated.
+  if (o.preload && !streaming_plan_) {
+    return Status::Invalid("--preload needs a memory budget that holds every expert (e.g. "
+                           "--preset max or --budget-gb): without one experts load on first use");
+  }
+  if (o.preload) K3_RETURN_IF_ERROR(CheckPreloadFits(*streaming_plan_, *prepared_));
+  uint64_t weights_bytes = 0;
+  if (!streaming_plan_) {
+    RamWeightsOptions wopt;
+    wopt.verify_reads = o.verify_reads;
+    K3_ASSIGN_OR_RETURN(std::unique_ptr<RamWeights> ram,
+                        RamWeights::Open(env_, prepared_.get(), wopt));
+    weights_bytes = ram->PlannedResidentBytes();
+    owned_source_ = std::move(ram);
+  } else {
+    weights_bytes = streaming_plan_->bytes();
+  }
+  plan_ = PlanMemory(c, layers_, o.positions, weights_bytes, o.pass_rows);
+  if (streaming_plan_ && events_) {
+    events_(EngineEvent{EngineEvent::Kind::kStreamingPlan, streaming_plan_->Describe(), nullptr});
+  }
+  if (Status s = CheckMemory(plan_, avail); !s.ok()) {
+    if (!streaming_plan_) return s;
+    return Status::Invalid(s.message() + "; or lower --budget-gb / --preset");
+  }
+  return Status::Ok();
+}
+
+Status Engine::LoadWeights(CacheTraceWriter* trace) {
+  if (streaming_plan_) {
+    StreamingOptions sopt;
+    sopt.verify_reads = options_.verify_reads;
+    sopt.walk_layers = layers_;
+    sopt.preload_experts = options_.preload;
+    sopt.progress = options_.progress;
+    sopt.trace = trace;
+    sopt.prefetch_experts = options_.prefetch_experts;
+    K3_ASSIGN_OR_RETURN(std::unique_ptr<StreamingWeights> sw,
+                        StreamingWeights::Open(env_, prepared_.get(), *streaming_plan_, sopt));
+    streaming_ = sw.get();
+    owned_source_ = std::move(sw);
+  }
+  if (owned_source_ == nullptr) return Status::Invalid("LoadWeights before Plan");
+  source_ = owned_source_.get();
+  model_ = std::make_unique<Model>(config_, source_, layers_);
+  return Status::Ok();
+}
+
+// ---- Sequences and passes ----
+
+std::unique_ptr<Sequence> Engine::NewSequence(const SamplerOptions& sampling, uint64_t seed,
+                                              uint64_t stream) {
+  const int64_t capacity = std::max<int64_t>(options_.positions, 1);
+  return std::unique_ptr<Sequence>(new Sequence(State::Make(config_, layers_, capacity), capacity,
+                                                Sampler(sampling, seed, stream)));
+}
+
+Result<StepResult> Engine::Step(std::span<StepInput> batch) {
+  if (model_ == nullptr) return Status::Invalid("Step before LoadWeights");
+  std::vector<Segment> segments;
+  for (const StepInput& in : batch) {
+    if (in.seq == nullptr || in.ids.empty()) {
+      return Status::Invalid("Step: every input needs a sequence and at least one id");
+    }
+    if (in.seq->pending_ > 0) {
+      return Status::Invalid("Step: a sequence has " + std::to_string(in.seq->pending_) +
+                             " rows of its last step not committed (Commit first)");
+    }
+    for (const Segment& s : segments) {
+      if (s.state == &in.seq->state_) return Status::Invalid("Step: a sequence given twice");
+    }
+    segments.push_back(Segment{in.ids.data(), static_cast<int64_t>(in.ids.size()),
+                               &in.seq->state_, in.logits});
+  }
+  StepResult r;
+  r.pass = passes_++;
+  int64_t rows = 0;
+  for (const StepInput& in : batch) {
+    r.first_row.push_back(rows);
+    const auto n = static_cast<int64_t>(in.ids.size());
+    rows += in.logits == Logits::kAll ? n : in.logits == Logits::kLast ? 1 : 0;
+  }
+  r.logits.resize(static_cast<size_t>(rows * config_.vocab));
+  source_->SetStep(r.pass);
+  const ReadCounters before = source_->Counters();
+  const SourceCounters source_before = source_->Source();
+  const auto t0 = std::chrono::steady_clock::now();
+  K3_RETURN_IF_ERROR(model_->Pass(segments, r.logits.data()));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.bytes = source_->Counters() - before;
+  r.source = source_->Source() - source_before;
+  for (StepInput& in : batch) {
+    in.seq->pending_ids_ = in.ids;
+    in.seq->pending_ = static_cast<int64_t>(in.ids.size());
+  }
+  if (events_) events_(EngineEvent{EngineEvent::Kind::kPass, "", &r});
+  return r;
+}
+
+Status Engine::Commit(Sequence* seq, int64_t rows) {
+  if (rows < 0 || rows > seq->pending_) {
+    return Status::Invalid("Commit: " + std::to_string(rows) + " rows, the last step appended " +
+                           std::to_string(seq->pending_));
+  }
+  if (rows < seq->pending_) {
+    const int64_t drop = seq->pending_ - rows;
+    for (int L = 0; L < layers_; ++L) {
+      if (!config_.is_mla(L)) {
+        return Status::Invalid("Commit: discarding rows of a sequence with KDA layers needs the "
+                               "recurrence's per-row records, which this engine does not keep");
+      }
+    }
+    for (int L = 0; L < layers_; ++L) seq->state_.mla[static_cast<size_t>(L)].len -= drop;
+    seq->state_.pos -= drop;
+  }
+  seq->tokens_.insert(seq->tokens_.end(), seq->pending_ids_.begin(),
+                      seq->pending_ids_.begin() + rows);
+  seq->pending_ids_.clear();
+  seq->pending_ = 0;
+  return Status::Ok();
+}
+
+}  // namespace k3::run

@@ -1,0 +1,165 @@
+// The engine as a library (DESIGN.md §11.1): the one API that every front end uses (the CLI's
+// prompt and chat modes today; batching and the server build on it).
+//
+//   Engine::Open(prepared)       k3.json, experts.idx and the tokenizer, checked; cheap
+//   engine->Plan(options)        the memory plan (streaming or all-in-RAM), checked against
+//                                MemAvailable before anything large is allocated
+//   engine->LoadWeights()        the weight source the plan asks for
+//   engine->NewSequence(...)     a sequence: its tokens, KDA state, MLA cache, position, sampler
+//   engine->Step(batch)          ONE pass over the weights for the rows of one or more
+//                                sequences; returns the logits asked for and appends the rows
+//                                to each sequence tentatively
+//   engine->Commit(seq, rows)    keeps the first `rows` rows of the sequence's last step
+//
+// Bits: a sequence's logits never depend on what else shares its pass, on the memory plan, the
+// thread count or the ISA path (DESIGN.md §7, §11.2a). Progress is reported as events that the
+// front end renders. Thread safety: one thread drives an Engine and its sequences.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "common/progress.h"
+#include "common/status.h"
+#include "formats/prepared_manifest.h"
+#include "k3run/engine/model.h"
+#include "k3run/engine/sampler.h"
+#include "k3run/stream/memory_plan.h"
+#include "k3run/stream/streaming_plan.h"
+#include "k3run/stream/streaming_weights.h"
+#include "k3run/text/tokenizer.h"
+#include "k3run/weights/weights.h"
+
+namespace k3::run {
+
+class Engine;
+
+// A sequence: the tokens fed so far, the carried state (KDA state + MLA cache per layer), and
+// its own sampler (one RNG per sequence: nothing random is shared between sequences).
+class Sequence {
+ public:
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // committed rows
+  int64_t length() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t capacity() const { return capacity_; }  // positions the caches hold
+  int64_t pending() const { return pending_; }    // rows of the last Step not yet committed
+  Sampler& sampler() { return sampler_; }
+  // Back to an empty sequence (zero state, empty caches), keeping the allocations.
+  void Reset();
+
+ private:
+  friend class Engine;
+  Sequence(State state, int64_t capacity, Sampler sampler);
+  State state_;
+  int64_t capacity_;
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> pending_ids_;
+  int64_t pending_ = 0;
+  Sampler sampler_;
+};
+
+// One sequence's rows of a pass.
+struct StepInput {
+  Sequence* seq = nullptr;
+  std::vector<int32_t> ids;      // ≥ 1, each < vocab
+  Logits logits = Logits::kLast;
+};
+
+struct StepResult {
+  int64_t pass = 0;                // 0 for the engine's first pass
+  std::vector<float> logits;       // the rows asked for, input by input, [rows][vocab]
+  std::vector<int64_t> first_row;  // per input: its first row in `logits`
+  double seconds = 0;              // the pass's wall time
+  ReadCounters bytes;              // read during the pass
+  SourceCounters source;           // expert requests, hits and I/O time during the pass
+  const float* LogitsOf(size_t input, int64_t vocab) const {
+    return logits.data() + first_row[input] * vocab;
+  }
+};
+
+// What happened, for front ends to render (the engine never prints).
+struct EngineEvent {
+  enum class Kind { kStreamingPlan, kPass } kind;
+  std::string text;            // kStreamingPlan: the plan as printed
+  const StepResult* pass = nullptr;  // kPass: the pass just run (valid during the call)
+};
+using EventSink = std::function<void(const EngineEvent&)>;
+
+struct PlanOptions {
+  int layers = 0;                 // first N layers only (a diagnostic); 0: every layer
+  int64_t positions = 1;          // per sequence: the positions its caches hold
+  int64_t pass_rows = 1;          // the most rows one pass feeds (sizes the scratch)
+  BudgetRequest budget;           // none: every weight in RAM, read on first use
+  bool preload = false;           // read every expert at start (the budget must hold them)
+  bool verify_reads = false;      // hash every expert read (a mismatch makes the run invalid)
+  int prefetch_experts = kDefaultPrefetchExperts;
+  ProgressMode progress = ProgressMode::kNone;  // start-up loading display
+  std::function<Result<uint64_t>()> mem_available;  // default: MemAvailableBytes()
+};
+
+class Engine {
+ public:
+  // kInvalid naming the file for a manifest that fails its sum (untrusted input, DESIGN.md §5).
+  static Result<std::unique_ptr<Engine>> Open(Env* env, const std::string& prepared,
+                                               const std::string& model_dir = "");
+  // An engine over a weight source the caller built (tests, tools): no plan, no tokenizer;
+  // sequences hold `positions`.
+  static std::unique_ptr<Engine> WithSource(const ModelConfig& c, WeightSource* source,
+                                            int layers, int64_t positions);
+
+  Status Plan(const PlanOptions& o);
+  // `trace`, not owned, records the expert cache's waves (streaming plans only).
+  Status LoadWeights(CacheTraceWriter* trace = nullptr);
+  void SetEventSink(EventSink sink) { events_ = std::move(sink); }
+
+  std::unique_ptr<Sequence> NewSequence(const SamplerOptions& sampling = {}, uint64_t seed = 0,
+                                        uint64_t stream = 0);
+  // One pass for every input (each a different sequence with nothing pending).
+  Result<StepResult> Step(std::span<StepInput> batch);
+  // Keeps the first `rows` of the sequence's pending rows. Discarding rows of a sequence with
+  // KDA layers needs the recurrence's per-row records (speculative decoding), not built yet:
+  // kInvalid then; a sequence of MLA layers only rolls back by a length reset.
+  Status Commit(Sequence* seq, int64_t rows);
+
+  const prepared::PreparedDir& prepared() const { return *prepared_; }
+  const ModelConfig& config() const { return config_; }
+  int layers() const { return layers_; }
+  const tok::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  const MemoryPlan& memory_plan() const { return plan_; }
+  uint64_t mem_available() const { return mem_available_; }  // as Plan() measured it
+  const std::optional<StreamingPlan>& streaming_plan() const { return streaming_plan_; }
+  // The streaming source's counters; null without a budget.
+  const StreamingWeights* streaming() const { return streaming_; }
+  int64_t experts_skipped() const { return model_ ? model_->experts_skipped() : 0; }
+  const std::vector<ExpertFailure>& Failures() const { return source_->Failures(); }
+
+ private:
+  Engine() = default;
+  Env* env_ = nullptr;
+  std::unique_ptr<prepared::PreparedDir> prepared_;
+  ModelConfig config_;
+  int layers_ = 0;
+  std::optional<tok::Tokenizer> tokenizer_;
+  PlanOptions options_;
+  MemoryPlan plan_;
+  uint64_t mem_available_ = 0;
+  std::optional<StreamingPlan> streaming_plan_;
+  std::unique_ptr<WeightSource> owned_source_;
+  WeightSource* source_ = nullptr;
+  StreamingWeights* streaming_ = nullptr;
+  std::unique_ptr<Model> model_;
+  EventSink events_;
+  int64_t passes_ = 0;
+};
+
+// The prepared directory's tokenizer, its files read once: hashed against k3.json (kIntegrity
+// on a mismatch) and parsed from the same bytes. nullopt when the directory has none.
+Result<std::optional<tok::Tokenizer>> LoadPreparedTokenizer(Env* env,
+                                                            const prepared::PreparedDir& p);
+
+}  // namespace k3::run

@@ -1,0 +1,234 @@
+// engine/session.h: the Session API. Several sequences in one pass give each exactly the bits
+// it gets alone; Commit keeps what a step appended; the rules of Step and Commit are enforced.
+#include "k3run/engine/session.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine_fixture.h"
+#include "k3run/engine/generate.h"
+
+namespace k3::run {
+namespace {
+
+using testing::TinyPreparedDir;
+
+std::unique_ptr<Engine> OpenTiny(int64_t positions) {
+  Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), TinyPreparedDir());
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return nullptr;
+  PlanOptions po;
+  po.positions = positions;
+  po.pass_rows = positions;
+  EXPECT_TRUE((*e)->Plan(po).ok());
+  EXPECT_TRUE((*e)->LoadWeights().ok());
+  return std::move(e).value();
+}
+
+// Every row's logits of `ids` fed to a fresh sequence in one pass, then `more` one row at a time.
+std::vector<float> Alone(Engine* e, const std::vector<int32_t>& ids,
+                         const std::vector<int32_t>& more) {
+  std::unique_ptr<Sequence> seq = e->NewSequence();
+  std::vector<StepInput> in{{seq.get(), ids, Logits::kAll}};
+  Result<StepResult> r = e->Step(in);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<float> out = r->logits;
+  EXPECT_TRUE(e->Commit(seq.get(), static_cast<int64_t>(ids.size())).ok());
+  for (int32_t id : more) {
+    std::vector<StepInput> one{{seq.get(), {id}, Logits::kLast}};
+    Result<StepResult> s = e->Step(one);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    out.insert(out.end(), s->logits.begin(), s->logits.end());
+    EXPECT_TRUE(e->Commit(seq.get(), 1).ok());
+  }
+  return out;
+}
+
+bool SameBits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// Three sequences of different lengths share every pass (a prompt chunk beside decode rows of
+// others, then decode rows together), and each gets exactly its own run's logits.
+TEST(Session, SequencesSharingPassesGetTheBitsOfTheirOwnRuns) {
+  std::unique_ptr<Engine> e = OpenTiny(16);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  const std::vector<std::vector<int32_t>> prompts = {{3, 7, 11, 5, 9}, {300}, {1000, 42, 8}};
+  const std::vector<std::vector<int32_t>> more = {{12, 13}, {14, 15}, {16, 17}};
+  std::vector<std::vector<float>> want;
+  for (size_t i = 0; i < prompts.size(); ++i) want.push_back(Alone(e.get(), prompts[i], more[i]));
+
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(e->NewSequence());
+  std::vector<std::vector<float>> got(prompts.size());
+  // Pass 1: sequence 0's prompt alone; pass 2: sequence 1's and 2's prompts beside 0's first
+  // decode row; then decode rows of all three (1 and 2 one step behind 0).
+  auto step = [&](std::vector<StepInput> in) {
+    Result<StepResult> r = e->Step(in);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (size_t k = 0; k < in.size(); ++k) {
+      size_t i = 0;
+      while (seqs[i].get() != in[k].seq) ++i;
+      const int64_t rows = in[k].logits == Logits::kAll ? static_cast<int64_t>(in[k].ids.size()) : 1;
+      const float* l = r->LogitsOf(k, V);
+      got[i].insert(got[i].end(), l, l + rows * V);
+      ASSERT_TRUE(e->Commit(in[k].seq, static_cast<int64_t>(in[k].ids.size())).ok());
+    }
+  };
+  step({{seqs[0].get(), prompts[0], Logits::kAll}});
+  step({{seqs[1].get(), prompts[1], Logits::kAll},
+        {seqs[0].get(), {more[0][0]}, Logits::kLast},
+        {seqs[2].get(), prompts[2], Logits::kAll}});
+  step({{seqs[2].get(), {more[2][0]}, Logits::kLast},
+        {seqs[1].get(), {more[1][0]}, Logits::kLast},
+        {seqs[0].get(), {more[0][1]}, Logits::kLast}});
+  step({{seqs[1].get(), {more[1][1]}, Logits::kLast},
+        {seqs[2].get(), {more[2][1]}, Logits::kLast}});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size()) << "sequence " << i;
+    EXPECT_TRUE(SameBits(got[i].data(), want[i].data(), want[i].size())) << "sequence " << i;
+    EXPECT_EQ(seqs[i]->length(), static_cast<int64_t>(prompts[i].size() + more[i].size()));
+  }
+}
+
+// Generate on a Session gives the fixture's greedy ids (the path every earlier test pinned).
+TEST(Session, GenerateEqualsTheGreedyIdsOfTheEngineFixture) {
+  std::unique_ptr<Engine> e = OpenTiny(testing::kPrompt.size() + 5);
+  ASSERT_NE(e, nullptr);
+  std::unique_ptr<testing::Engine> ram = testing::OpenEngine(TinyPreparedDir());
+  std::vector<float> want_logits;
+  const std::vector<int32_t> want =
+      testing::GenerateLogits(ram.get(), testing::kPrompt, 6, false, &want_logits);
+  std::unique_ptr<Sequence> seq = e->NewSequence();
+  GenerateOptions g;
+  g.prompt = testing::kPrompt;
+  g.gen = 6;
+  std::vector<float> logits;
+  Result<GenerateResult> r = Generate(e.get(), seq.get(), g, [&](const StepRecord&, const float* l) {
+    logits.insert(logits.end(), l, l + e->config().vocab);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->generated, want);
+  ASSERT_EQ(logits.size(), want_logits.size());
+  EXPECT_TRUE(SameBits(logits.data(), want_logits.data(), logits.size()));
+  EXPECT_EQ(seq->length(), static_cast<int64_t>(testing::kPrompt.size()) + 5);
+}
+
+TEST(Session, StepAndCommitRulesAreEnforced) {
+  std::unique_ptr<Engine> e = OpenTiny(8);
+  ASSERT_NE(e, nullptr);
+  std::unique_ptr<Sequence> seq = e->NewSequence();
+  std::vector<StepInput> in{{seq.get(), {3, 7}, Logits::kLast}};
+  ASSERT_TRUE(e->Step(in).ok());
+  EXPECT_EQ(seq->pending(), 2);
+  EXPECT_EQ(seq->length(), 0);
+  Result<StepResult> again = e->Step(in);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("not committed"), std::string::npos);
+  EXPECT_FALSE(e->Commit(seq.get(), 3).ok()) << "more rows than the step appended";
+  // The tiny model has KDA layers: discarding rows needs records this engine does not keep.
+  Status partial = e->Commit(seq.get(), 1);
+  ASSERT_FALSE(partial.ok());
+  EXPECT_NE(partial.message().find("KDA"), std::string::npos) << partial.message();
+  ASSERT_TRUE(e->Commit(seq.get(), 2).ok());
+  EXPECT_EQ(seq->tokens(), (std::vector<int32_t>{3, 7}));
+  std::vector<StepInput> twice{{seq.get(), {1}, Logits::kLast}, {seq.get(), {2}, Logits::kLast}};
+  EXPECT_FALSE(e->Step(twice).ok()) << "a sequence given twice in one pass";
+  std::vector<StepInput> empty{{seq.get(), {}, Logits::kLast}};
+  EXPECT_FALSE(e->Step(empty).ok());
+  // Past the sequence's capacity: refused before anything changes.
+  std::vector<StepInput> full{{seq.get(), {1, 2, 3, 4, 5, 6, 7}, Logits::kLast}};
+  Result<StepResult> over = e->Step(full);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("MLA KV cache full"), std::string::npos);
+  EXPECT_EQ(seq->length(), 2);
+}
+
+// Sampling sequences keep their own RNG: sharing passes never changes what a seed samples.
+TEST(Session, SamplingSequencesSharingPassesSampleAsAlone) {
+  std::unique_ptr<Engine> e = OpenTiny(12);
+  ASSERT_NE(e, nullptr);
+  SamplerOptions so;
+  so.temperature = 1.5;
+  const int64_t V = e->config().vocab;
+  auto run = [&](bool shared) {
+    std::vector<std::unique_ptr<Sequence>> s;
+    s.push_back(e->NewSequence(so, 99, 1));
+    s.push_back(e->NewSequence(so, 99, 2));
+    std::vector<std::vector<int32_t>> ids = {{3, 7, 11}, {3, 7, 11}};
+    std::vector<int32_t> next = {0, 0};
+    for (int step = 0; step < 4; ++step) {
+      std::vector<StepInput> in;
+      for (size_t i = 0; i < 2; ++i) {
+        in.push_back({s[i].get(), step == 0 ? ids[i] : std::vector<int32_t>{next[i]},
+                      Logits::kLast});
+      }
+      auto take = [&](std::vector<StepInput> batch, size_t first) {
+        Result<StepResult> r = e->Step(batch);
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        for (size_t k = 0; k < batch.size(); ++k) {
+          next[first + k] = batch[k].seq->sampler().Next(r->LogitsOf(k, V), V);
+          ids[first + k].push_back(next[first + k]);
+          EXPECT_TRUE(e->Commit(batch[k].seq, static_cast<int64_t>(batch[k].ids.size())).ok());
+        }
+      };
+      if (shared) {
+        take(in, 0);
+      } else {
+        take({in[0]}, 0);
+        take({in[1]}, 1);
+      }
+    }
+    return ids;
+  };
+  const auto alone = run(false);
+  EXPECT_EQ(run(true), alone);
+  EXPECT_NE(alone[0], alone[1]) << "the two streams should differ (else the test shows nothing)";
+}
+
+// docs/DESIGN-NOTES.md's example, verbatim (keep the two in step).
+// Greedy continuation of "Hello" with a 2 GB total budget, one pass per token.
+Result<std::string> Continue(const std::string& prepared_dir) {
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(Env::Default(), prepared_dir));
+  const tok::Tokenizer* tokenizer = engine->tokenizer();
+  if (tokenizer == nullptr) return Status::Invalid(prepared_dir + " has no tokenizer");
+  PlanOptions plan;
+  plan.positions = 64;        // the sequence's context
+  plan.pass_rows = 64;        // the longest pass (the prompt)
+  plan.budget.budget_gb = 2;  // stream within 2 GB; omit to hold every weight in RAM
+  K3_RETURN_IF_ERROR(engine->Plan(plan));
+  K3_RETURN_IF_ERROR(engine->LoadWeights());
+  std::unique_ptr<Sequence> seq = engine->NewSequence();  // greedy: default SamplerOptions
+  StepInput in{seq.get(), tokenizer->Encode("Hello", /*allow_special=*/false), Logits::kLast};
+  std::string text;
+  for (int i = 0; i < 8; ++i) {
+    K3_ASSIGN_OR_RETURN(StepResult pass, engine->Step(std::span<StepInput>(&in, 1)));
+    K3_RETURN_IF_ERROR(engine->Commit(seq.get(), static_cast<int64_t>(in.ids.size())));
+    const int32_t next = Greedy(pass.LogitsOf(0, engine->config().vocab), engine->config().vocab);
+    text += tokenizer->TokenBytes(next);
+    in.ids = {next};  // the next pass feeds the chosen token
+  }
+  return text;
+}
+
+TEST(Session, DocumentedExample) {
+  Result<std::string> text = Continue(TinyPreparedDir());
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  // The same ids through Generate: 8 greedy tokens after "Hello".
+  std::unique_ptr<Engine> e = OpenTiny(64);
+  ASSERT_NE(e, nullptr);
+  std::unique_ptr<Sequence> seq = e->NewSequence();
+  GenerateOptions g;
+  g.prompt = e->tokenizer()->Encode("Hello", false);
+  g.gen = 8;
+  Result<GenerateResult> r = Generate(e.get(), seq.get(), g, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*text, e->tokenizer()->Decode(r->generated));
+}
+
+}  // namespace
+}  // namespace k3::run

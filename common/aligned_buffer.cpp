@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "common/align.h"
+
 namespace k3 {
 
 Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size, size_t alignment) {
@@ -26,7 +28,7 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size, size_t alignment) {
 
 Result<AlignedBuffer> AlignedBuffer::AllocateHuge(size_t size) {
   constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (size + kHuge - 1) / kHuge * kHuge;
+  const size_t rounded = AlignUp(size, kHuge);
   K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHuge));
   if (buf.data_ != nullptr) (void)::madvise(buf.data_, rounded, MADV_HUGEPAGE);
   return buf;

@@ -18,15 +18,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/align.h"
 #include "common/aligned_buffer.h"
 
 namespace k3 {
 namespace {
 
 constexpr uint64_t kBouncePieceBytes = 1 << 20;  // bounced reads: bounds bounce memory
-
-uint64_t AlignDown(uint64_t x, uint64_t a) { return x / a * a; }
-uint64_t AlignUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 bool NeedsBounce(const File* file, uint32_t alignment, uint64_t offset, uint64_t length,
                  const void* dst) {

@@ -10,23 +10,47 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/hex.h"
+
 namespace k3 {
 namespace {
 
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-void AppendHex(const unsigned char* bytes, size_t n, std::string* out) {
-  for (size_t i = 0; i < n; ++i) {
-    out->push_back(kHexDigits[bytes[i] >> 4]);
-    out->push_back(kHexDigits[bytes[i] & 15]);
+// One OpenSSL EVP digest stream. Every EVP call is checked; a failure means libcrypto itself is
+// broken (no provider for the algorithm, its own allocation failing), which no input can cause,
+// so it is reported and the process aborts (a bug, not a Status).
+class EvpDigest {
+ public:
+  EvpDigest(const EVP_MD* md, const char* name) : ctx_(EVP_MD_CTX_new()), name_(name) {
+    if (ctx_ == nullptr) Fail("allocating a context");
+    if (md == nullptr || EVP_DigestInit_ex(ctx_, md, nullptr) != 1) Fail("initialising");
   }
-}
+  ~EvpDigest() { EVP_MD_CTX_free(ctx_); }
+  EvpDigest(const EvpDigest&) = delete;
+  EvpDigest& operator=(const EvpDigest&) = delete;
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
+  void Update(const void* data, size_t n) {
+    if (EVP_DigestUpdate(ctx_, data, n) != 1) Fail("hashing");
+  }
+  // Lowercase hex of the digest so far; finalises a copy, so Update may continue afterwards.
+  std::string HexDigest() const {
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> copy(EVP_MD_CTX_new(),
+                                                                  &EVP_MD_CTX_free);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (copy == nullptr || EVP_MD_CTX_copy_ex(copy.get(), ctx_) != 1) Fail("copying the state");
+    if (EVP_DigestFinal_ex(copy.get(), md, &len) != 1) Fail("finalising");
+    return HexEncode(md, len);
+  }
+
+ private:
+  [[noreturn]] void Fail(const char* step) const {
+    std::fprintf(stderr, "k3: OpenSSL %s failed %s\n", name_, step);
+    std::abort();
+  }
+
+  EVP_MD_CTX* ctx_;
+  const char* name_;
+};
 
 Hash128 FromXxh(XXH128_hash_t h) { return Hash128{h.high64, h.low64}; }
 
@@ -52,31 +76,21 @@ Status ForEachChunk(Env* env, const std::string& path, Fn&& fn) {
 std::string Hash128::Hex() const {
   XXH128_canonical_t c;
   XXH128_canonicalFromHash(&c, XXH128_hash_t{low, high});
-  std::string out;
-  out.reserve(32);
-  AppendHex(c.digest, sizeof(c.digest), &out);
-  return out;
+  return HexEncode(c.digest, sizeof(c.digest));
 }
 
 bool Hash128::FromHex(const std::string& hex, Hash128* out) {
-  if (hex.size() != 32) return false;
-  uint64_t words[2] = {0, 0};
-  for (size_t i = 0; i < 32; ++i) {
-    const int v = HexValue(hex[i]);
-    if (v < 0) return false;
-    words[i / 16] = (words[i / 16] << 4) | static_cast<uint64_t>(v);
+  const std::string_view s = hex;
+  uint64_t high = 0, low = 0;
+  if (s.size() != 32 || !ParseHexUint(s.substr(0, 16), 16, &high) ||
+      !ParseHexUint(s.substr(16), 16, &low)) {
+    return false;
   }
-  *out = Hash128{words[0], words[1]};
+  *out = Hash128{high, low};
   return true;
 }
 
-std::string Hex64(uint64_t v) {
-  XXH64_canonical_t c;
-  XXH64_canonicalFromHash(&c, v);
-  std::string out;
-  AppendHex(c.digest, sizeof(c.digest), &out);
-  return out;
-}
+std::string Hex64(uint64_t v) { return HexUint(v, 16); }
 
 struct Xxh3_128Stream::State {
   XXH3_state_t* s = XXH3_createState();
@@ -108,38 +122,31 @@ Hash128 Xxh3_128(const void* data, size_t n) { return FromXxh(XXH3_128bits(data,
 uint64_t Xxh3_64(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
 struct Sha256Stream::State {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  ~State() { EVP_MD_CTX_free(ctx); }
+  EvpDigest digest{EVP_sha256(), "SHA-256"};
 };
 
-Sha256Stream::Sha256Stream() : state_(std::make_unique<State>()) {
-  // Failure here means libcrypto itself is broken (no SHA-256 provider): a bug, not input.
-  if (state_->ctx == nullptr || EVP_DigestInit_ex(state_->ctx, EVP_sha256(), nullptr) != 1) {
-    std::fputs("k3: OpenSSL cannot initialise SHA-256\n", stderr);
-    std::abort();
-  }
-}
+Sha256Stream::Sha256Stream() : state_(std::make_unique<State>()) {}
 Sha256Stream::~Sha256Stream() = default;
-void Sha256Stream::Update(const void* data, size_t n) {
-  EVP_DigestUpdate(state_->ctx, data, n);
-}
-std::string Sha256Stream::HexDigest() {
-  EVP_MD_CTX* copy = EVP_MD_CTX_new();
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (copy == nullptr || EVP_MD_CTX_copy_ex(copy, state_->ctx) != 1 ||
-      EVP_DigestFinal_ex(copy, md, &len) != 1) {
-    std::fputs("k3: OpenSSL SHA-256 finalisation failed\n", stderr);
-    std::abort();
-  }
-  EVP_MD_CTX_free(copy);
-  std::string out;
-  AppendHex(md, len, &out);
-  return out;
-}
+void Sha256Stream::Update(const void* data, size_t n) { state_->digest.Update(data, n); }
+std::string Sha256Stream::HexDigest() { return state_->digest.HexDigest(); }
 
 std::string Sha256Hex(const void* data, size_t n) {
   Sha256Stream s;
+  s.Update(data, n);
+  return s.HexDigest();
+}
+
+struct Sha1Stream::State {
+  EvpDigest digest{EVP_sha1(), "SHA-1"};
+};
+
+Sha1Stream::Sha1Stream() : state_(std::make_unique<State>()) {}
+Sha1Stream::~Sha1Stream() = default;
+void Sha1Stream::Update(const void* data, size_t n) { state_->digest.Update(data, n); }
+std::string Sha1Stream::HexDigest() const { return state_->digest.HexDigest(); }
+
+std::string Sha1Hex(const void* data, size_t n) {
+  Sha1Stream s;
   s.Update(data, n);
   return s.HexDigest();
 }

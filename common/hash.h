@@ -1,9 +1,11 @@
-// Hashing: XXH3 (64 and 128 bit, our own manifests and expert records) and SHA-256 (where the
-// Hub's published LFS oids must match).
+// Hashing: XXH3 (64 and 128 bit, our own manifests and expert records), SHA-256 (where the
+// Hub's published LFS oids must match) and SHA-1 (git blob ids of files the Hub keeps in git).
 //
 // XXH3 goes through xxHash's x86 dispatcher (xxh_x86dispatch.h; Debian's libxxhash ships the
 // *_dispatch symbols), so AVX2/AVX-512 is used when the CPU has it without building k3 for
-// that CPU. SHA-256 uses OpenSSL EVP (SHA-NI when available).
+// that CPU. SHA-256 and SHA-1 use OpenSSL EVP (SHA-NI when available); every EVP call is
+// checked, and a failing one (libcrypto itself broken, which no input can cause) aborts with a
+// message naming the digest and the step.
 //
 // Thread safety: the stream objects are not shared between threads; the free functions are
 // reentrant.
@@ -79,6 +81,25 @@ class Sha256Stream {
 };
 
 std::string Sha256Hex(const void* data, size_t n);
+
+// SHA-1, only to compare with an id someone else published (git blob ids): SHA-1 is broken for
+// collision resistance, so k3 never chooses it for its own integrity checks.
+class Sha1Stream {
+ public:
+  Sha1Stream();
+  ~Sha1Stream();
+  Sha1Stream(const Sha1Stream&) = delete;
+  Sha1Stream& operator=(const Sha1Stream&) = delete;
+  void Update(const void* data, size_t n);
+  // 40 lowercase hex digits. Finalises a copy, so Update may continue afterwards.
+  std::string HexDigest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+std::string Sha1Hex(const void* data, size_t n);
 
 // Whole-file hashes, reading through `env` in large sequential chunks.
 Result<Hash128> Xxh3_128File(Env* env, const std::string& path);

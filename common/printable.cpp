@@ -1,18 +1,14 @@
 #include "common/printable.h"
 
+#include "common/hex.h"
 #include "common/utf8.h"
 
 namespace k3 {
-namespace {
 
-void AppendHexByte(std::string& out, unsigned char c) {
-  static const char kHex[] = "0123456789ABCDEF";
+void AppendByteEscape(std::string& out, unsigned char byte) {
   out += "\\x";
-  out += kHex[c >> 4];
-  out += kHex[c & 15];
+  AppendHexByte(out, byte, HexCase::kUpper);
 }
-
-}  // namespace
 
 std::string Printable(std::string_view s, std::string_view also) {
   std::string out;
@@ -21,7 +17,7 @@ std::string Printable(std::string_view s, std::string_view also) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       if (c < 0x20 || c == 0x7F || c == '\\' || also.find(static_cast<char>(c)) != also.npos) {
-        AppendHexByte(out, c);
+        AppendByteEscape(out, c);
       } else {
         out += static_cast<char>(c);
       }
@@ -35,7 +31,7 @@ std::string Printable(std::string_view s, std::string_view also) {
       out.append(s.substr(i, step.len));
     } else {
       for (size_t k = 0; k < step.len; ++k) {
-        AppendHexByte(out, static_cast<unsigned char>(s[i + k]));
+        AppendByteEscape(out, static_cast<unsigned char>(s[i + k]));
       }
     }
     i += step.len;

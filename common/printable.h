@@ -24,4 +24,7 @@ namespace k3 {
 
 std::string Printable(std::string_view s, std::string_view also = {});
 
+// Appends the escape Printable uses for one byte: \xNN with two uppercase hex digits.
+void AppendByteEscape(std::string& out, unsigned char byte);
+
 }  // namespace k3

@@ -3,6 +3,7 @@
 #include <ctime>
 #include <set>
 
+#include "common/hex.h"
 #include "formats/manifest_json.h"
 
 namespace k3::dl {
@@ -86,7 +87,7 @@ std::string FormatRfc3339Utc(int64_t unix_seconds) {
 
 Status ValidateDownloadManifest(const DownloadManifest& m, const std::string& source) {
   if (m.repo.empty()) return Status::Invalid(source + ": repo: must not be empty");
-  if (!mjson::IsLowerHex(m.commit, 40)) {
+  if (!IsLowerHex(m.commit, 40)) {
     return Status::Invalid(source + ": commit: \"" + m.commit +
                            "\" is not a commit hash (must be 40 lowercase hex digits: the "
                            "resolved revision, not a branch or tag name)");
@@ -103,7 +104,7 @@ Status ValidateDownloadManifest(const DownloadManifest& m, const std::string& so
       return Status::Invalid(where + ".path: \"" + f.path +
                              "\" is listed twice (each file may appear once)");
     }
-    if (!mjson::IsLowerHex(f.sha256, 64)) {
+    if (!IsLowerHex(f.sha256, 64)) {
       return Status::Invalid(where + ".sha256: \"" + f.sha256 + "\" (file \"" + f.path +
                              "\") is not a SHA-256 digest (must be 64 lowercase hex digits)");
     }

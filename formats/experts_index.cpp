@@ -114,7 +114,12 @@ std::string EncodeExpertsIndex(const ExpertsIndex& index) {
   return out;
 }
 
-Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::string& source) {
+namespace {
+
+// Header fields (bytes [0, 32)) into *idx and *n_files, each checked against its rule and k3's
+// bounds before anything is allocated.
+Status DecodeHeader(std::string_view bytes, const std::string& source, ExpertsIndex* idx,
+                    uint32_t* n_files) {
   if (bytes.size() < kExpertsIndexHeaderSize) {
     return Status::Invalid(source + ": file is " + std::to_string(bytes.size()) +
                            " bytes, shorter than the 32-byte header (truncated; re-run k3prep pack)");
@@ -127,11 +132,10 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
     return Status::Invalid(At(source, 4) + ": version " + std::to_string(version) +
                            " is not supported (this k3 reads version 1; re-run k3prep pack)");
   }
-  ExpertsIndex idx;
-  idx.n_layers = GetU32(bytes, 8);
-  idx.first_moe_layer = GetU32(bytes, 12);
-  idx.n_experts = GetU32(bytes, 16);
-  const uint32_t n_files = GetU32(bytes, 20);
+  idx->n_layers = GetU32(bytes, 8);
+  idx->first_moe_layer = GetU32(bytes, 12);
+  idx->n_experts = GetU32(bytes, 16);
+  *n_files = GetU32(bytes, 20);
   const uint32_t record_size = GetU32(bytes, 24);
   const uint32_t reserved = GetU32(bytes, 28);
   if (record_size != kExpertRecordSize) {
@@ -142,31 +146,39 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
     return Status::Invalid(At(source, 28) + ": reserved header field is " +
                            std::to_string(reserved) + ", must be 0");
   }
-  if (idx.first_moe_layer > idx.n_layers) {
+  if (idx->first_moe_layer > idx->n_layers) {
     return Status::Invalid(At(source, 12) + ": first_moe_layer " +
-                           std::to_string(idx.first_moe_layer) + " exceeds n_layers " +
-                           std::to_string(idx.n_layers));
+                           std::to_string(idx->first_moe_layer) + " exceeds n_layers " +
+                           std::to_string(idx->n_layers));
   }
   // The config's bounds (config.h), so a header cannot claim a model k3 would refuse anyway.
-  const std::pair<uint32_t, int64_t> counts[] = {{idx.n_layers, kMaxLayers},
-                                                 {idx.n_experts, kMaxExperts}};
+  const std::pair<uint32_t, int64_t> counts[] = {{idx->n_layers, kMaxLayers},
+                                                 {idx->n_experts, kMaxExperts}};
   for (size_t k = 0; k < 2; ++k) {
     if (counts[k].first > counts[k].second) {
-      return Status::Invalid(At(source, k == 0 ? 8 : 16) + (k == 0 ? ": n_layers " : ": n_experts ") +
+      return Status::Invalid(At(source, k == 0 ? 8 : 16) +
+                             (k == 0 ? ": n_layers " : ": n_experts ") +
                              std::to_string(counts[k].first) + " exceeds the bound " +
                              std::to_string(counts[k].second) + " (re-run k3prep pack)");
     }
   }
-  if (uint64_t{idx.n_layers - idx.first_moe_layer} * idx.n_experts >
+  if (uint64_t{idx->n_layers - idx->first_moe_layer} * idx->n_experts >
       static_cast<uint64_t>(kMaxRoutedExperts)) {
     return Status::Invalid(At(source, 16) + ": (n_layers - first_moe_layer) x n_experts exceeds "
                            "the bound " + std::to_string(kMaxRoutedExperts) + " routed experts");
   }
   // Each path needs at least 5 bytes, so this bounds n_files before anything is allocated.
-  if (uint64_t{n_files} * 5 > bytes.size()) {
-    return Status::Invalid(At(source, 20) + ": n_files " + std::to_string(n_files) +
+  if (uint64_t{*n_files} * 5 > bytes.size()) {
+    return Status::Invalid(At(source, 20) + ": n_files " + std::to_string(*n_files) +
                            " cannot fit in a " + std::to_string(bytes.size()) + "-byte file");
   }
+  return Status::Ok();
+}
+
+// The path table from byte 32: n_files entries into *files; returns the offset of the records
+// (the table's end rounded up to kPathTableAlign, with zero padding).
+Result<uint64_t> DecodePathTable(std::string_view bytes, const std::string& source,
+                                 uint32_t n_files, std::vector<std::string>* files) {
   uint64_t at = kExpertsIndexHeaderSize;
   for (uint32_t i = 0; i < n_files; ++i) {
     if (at + 4 > bytes.size()) {
@@ -188,7 +200,7 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
       return Status::Invalid(At(source, at + 4) + ": path of file " + std::to_string(i) +
                              " contains a NUL byte");
     }
-    idx.files.push_back(std::move(path));
+    files->push_back(std::move(path));
     at += 4 + len;
   }
   const uint64_t records_at = AlignUp(at, kPathTableAlign);
@@ -202,6 +214,68 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
                              "zero-padded to a multiple of 64 bytes)");
     }
   }
+  return records_at;
+}
+
+// The 128-byte record at `base`; `where` names it in messages.
+Status DecodeRecord(std::string_view bytes, uint64_t base, size_t n_files,
+                    const std::string& where, ExpertRecord* r) {
+  for (uint64_t p = kRecPadding; p < kExpertRecordSize; ++p) {
+    if (bytes[base + p] != '\0') {
+      return Status::Invalid(where + ": padding byte " + std::to_string(p) +
+                             " of the record is not zero");
+    }
+  }
+  r->file_id = GetU32(bytes, base + kRecFileId);
+  r->flags = GetU32(bytes, base + kRecFlags);
+  r->offset = GetU64(bytes, base + kRecOffset);
+  r->length = GetU64(bytes, base + kRecLength);
+  for (size_t s = 0; s < kExpertSubCount; ++s) {
+    r->sub_offset[s] = GetU64(bytes, base + kRecSubOffset + 8 * s);
+    r->sub_size[s] = GetU32(bytes, base + kRecSubSize + 4 * s);
+  }
+  r->xxh3_64 = GetU64(bytes, base + kRecHash);
+  if (r->offset > kMaxFileBytes) {
+    return Status::Invalid(where + ": offset " + std::to_string(r->offset) +
+                           " exceeds the bound " + std::to_string(kMaxFileBytes) +
+                           " (2^50) on byte offsets in a prepared directory");
+  }
+  if ((r->flags & ~kExpertFlagsKnown) != 0) {
+    return Status::Invalid(where + ": flags 0x" + Hex64(r->flags).substr(8) +
+                           " has unknown bits (version 1 defines none)");
+  }
+  if (r->file_id >= n_files) {
+    return Status::Invalid(where + ": file_id " + std::to_string(r->file_id) +
+                           " is out of range (n_files " + std::to_string(n_files) + ")");
+  }
+  uint64_t end = 0;
+  for (size_t s = 0; s < kExpertSubCount; ++s) {
+    if (r->sub_offset[s] != end) {
+      return Status::Invalid(
+          where + ": sub-tensor " + std::string(kExpertSubNames[s]) + " sub_offset " +
+          std::to_string(r->sub_offset[s]) +
+          (r->sub_offset[s] < end ? " overlaps" : " leaves a gap after") +
+          " the previous sub-tensor (must be " + std::to_string(end) +
+          ": the six sub-tensors are contiguous in canonical order w1.packed, w1.scale, "
+          "w2.packed, w2.scale, w3.packed, w3.scale)");
+    }
+    end += r->sub_size[s];
+  }
+  if (r->length != end) {
+    return Status::Invalid(where + ": length " + std::to_string(r->length) +
+                           " is not the sum of the sub-tensor sizes " + std::to_string(end));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::string& source) {
+  ExpertsIndex idx;
+  uint32_t n_files = 0;
+  K3_RETURN_IF_ERROR(DecodeHeader(bytes, source, &idx, &n_files));
+  K3_ASSIGN_OR_RETURN(const uint64_t records_at,
+                      DecodePathTable(bytes, source, n_files, &idx.files));
   const uint64_t want = uint64_t{idx.n_layers - idx.first_moe_layer} * idx.n_experts;
   const uint64_t have_bytes = bytes.size() - records_at;
   if (have_bytes % kExpertRecordSize != 0 || have_bytes / kExpertRecordSize != want) {
@@ -218,52 +292,8 @@ Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::strin
   idx.records.resize(want);
   for (uint64_t i = 0; i < want; ++i) {
     const uint64_t base = records_at + i * kExpertRecordSize;
-    ExpertRecord& r = idx.records[i];
-    const std::string where = At(source, base) + ": " + RecordName(idx, i);
-    for (uint64_t p = kRecPadding; p < kExpertRecordSize; ++p) {
-      if (bytes[base + p] != '\0') {
-        return Status::Invalid(where + ": padding byte " + std::to_string(p) +
-                               " of the record is not zero");
-      }
-    }
-    r.file_id = GetU32(bytes, base + kRecFileId);
-    r.flags = GetU32(bytes, base + kRecFlags);
-    r.offset = GetU64(bytes, base + kRecOffset);
-    r.length = GetU64(bytes, base + kRecLength);
-    for (size_t s = 0; s < kExpertSubCount; ++s) {
-      r.sub_offset[s] = GetU64(bytes, base + kRecSubOffset + 8 * s);
-      r.sub_size[s] = GetU32(bytes, base + kRecSubSize + 4 * s);
-    }
-    r.xxh3_64 = GetU64(bytes, base + kRecHash);
-    if (r.offset > kMaxFileBytes) {
-      return Status::Invalid(where + ": offset " + std::to_string(r.offset) +
-                             " exceeds the bound " + std::to_string(kMaxFileBytes) +
-                             " (2^50) on byte offsets in a prepared directory");
-    }
-    if ((r.flags & ~kExpertFlagsKnown) != 0) {
-      return Status::Invalid(where + ": flags 0x" + Hex64(r.flags).substr(8) +
-                             " has unknown bits (version 1 defines none)");
-    }
-    if (r.file_id >= idx.files.size()) {
-      return Status::Invalid(where + ": file_id " + std::to_string(r.file_id) +
-                             " is out of range (n_files " + std::to_string(idx.files.size()) + ")");
-    }
-    uint64_t end = 0;
-    for (size_t s = 0; s < kExpertSubCount; ++s) {
-      if (r.sub_offset[s] != end) {
-        return Status::Invalid(
-            where + ": sub-tensor " + std::string(kExpertSubNames[s]) + " sub_offset " +
-            std::to_string(r.sub_offset[s]) + (r.sub_offset[s] < end ? " overlaps" : " leaves a gap after") +
-            " the previous sub-tensor (must be " + std::to_string(end) +
-            ": the six sub-tensors are contiguous in canonical order w1.packed, w1.scale, "
-            "w2.packed, w2.scale, w3.packed, w3.scale)");
-      }
-      end += r.sub_size[s];
-    }
-    if (r.length != end) {
-      return Status::Invalid(where + ": length " + std::to_string(r.length) +
-                             " is not the sum of the sub-tensor sizes " + std::to_string(end));
-    }
+    K3_RETURN_IF_ERROR(DecodeRecord(bytes, base, idx.files.size(),
+                                    At(source, base) + ": " + RecordName(idx, i), &idx.records[i]));
   }
   return idx;
 }

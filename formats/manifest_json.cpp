@@ -134,12 +134,4 @@ std::string ElementPath(const std::string& array_path, size_t i) {
   return array_path + "[" + std::to_string(i) + "]";
 }
 
-bool IsLowerHex(std::string_view s, size_t n) {
-  if (s.size() != n) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
-
 }  // namespace k3::mjson

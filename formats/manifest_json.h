@@ -56,7 +56,5 @@ class ObjectReader {
 
 // "a[3]" style element path.
 std::string ElementPath(const std::string& array_path, size_t i);
-// true when `s` is exactly n lowercase hex digits.
-bool IsLowerHex(std::string_view s, size_t n);
 
 }  // namespace k3::mjson

@@ -202,11 +202,12 @@ uint64_t ExpertBytes(const ModelConfig& c) {
   return total;
 }
 
-Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& tensors,
-                           bool require_experts) {
-  const std::string what = "prepared layout";
-  // Bounds first (config.h): every loop below runs per layer and per expert. ParseModelConfig
-  // enforces them; a config built in code must not bypass them either.
+namespace {
+
+// The config's counts within k3's bounds (config.h: every loop of BuildLayout runs per layer and
+// per expert; ParseModelConfig enforces them, and a config built in code must not bypass them),
+// and routed experts that the prepared format can store (MXFP4).
+Status CheckLayoutConfig(const ModelConfig& c, const std::string& what) {
   if (c.n_layers > kMaxLayers || c.n_experts > kMaxExperts ||
       (int64_t{c.n_layers} - c.first_dense) * c.n_experts > kMaxRoutedExperts) {
     return Status::Invalid(what + ": config has num_hidden_layers " + std::to_string(c.n_layers) +
@@ -232,53 +233,112 @@ Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& 
         ") positive multiples of the group size " + std::to_string(group) +
         "; this checkpoint cannot be packed (experts that are not MXFP4 are not supported)");
   }
+  return Status::Ok();
+}
 
-  Problems problems;
-  std::unordered_map<std::string_view, const TensorSpec*> by_name;
-  by_name.reserve(tensors.size());
-  for (const TensorSpec& t : tensors) {
-    if (!by_name.emplace(t.name, &t).second) {
-      problems.Add("tensor \"" + t.name + "\" is listed twice");
+// Matches the checkpoint's tensors with what the layout expects, recording every problem and
+// which tensors were used.
+class TensorMatcher {
+ public:
+  TensorMatcher(const std::vector<TensorSpec>& tensors, Problems* problems) : problems_(problems) {
+    by_name_.reserve(tensors.size());
+    used_.reserve(tensors.size());
+    for (const TensorSpec& t : tensors) {
+      if (!by_name_.emplace(t.name, &t).second) {
+        problems_->Add("tensor \"" + t.name + "\" is listed twice");
+      }
     }
   }
-  std::unordered_set<std::string_view> used;
-  used.reserve(tensors.size());
 
   // Places `want` at the first multiple of `align` at or after *offset.
-  auto place = [&](const ExpectedTensor& want, std::string_view file, uint64_t align,
-                   uint64_t* offset, std::vector<Region>* out) {
-    auto it = by_name.find(want.name);
-    if (it == by_name.end()) {
+  void Place(const ExpectedTensor& want, std::string_view file, uint64_t align, uint64_t* offset,
+             std::vector<Region>* out) {
+    auto it = by_name_.find(want.name);
+    if (it == by_name_.end()) {
       if (!want.optional) {
-        problems.Add("tensor \"" + want.name + "\" is missing (expected shape " +
-                     AcceptedShapes(want) + ")");
+        problems_->Add("tensor \"" + want.name + "\" is missing (expected shape " +
+                       AcceptedShapes(want) + ")");
       }
       return;
     }
     const TensorSpec& t = *it->second;
-    used.insert(t.name);
+    used_.insert(t.name);
     if (!IsTrunkDType(t.dtype)) {
-      problems.Add("tensor \"" + t.name + "\" has dtype " + DTypeName(t.dtype) +
-                   ", expected BF16 or F32");
+      problems_->Add("tensor \"" + t.name + "\" has dtype " + DTypeName(t.dtype) +
+                     ", expected BF16 or F32");
       return;
     }
     if (!ShapeAccepted(want, t.shape)) {
-      problems.Add("tensor \"" + t.name + "\" has shape " + ShapeString(t.shape) +
-                   ", the config implies " + AcceptedShapes(want));
+      problems_->Add("tensor \"" + t.name + "\" has shape " + ShapeString(t.shape) +
+                     ", the config implies " + AcceptedShapes(want));
       return;
     }
     // Offsets stay ≤ kMaxFileBytes (2^50), so this sum cannot overflow; past the bound the file
     // would be one no disk holds, and offsets computed from it would wrap.
     const uint64_t at = AlignUp(*offset, align);
     if (t.nbytes() > kMaxFileBytes - at) {
-      problems.Add("tensor \"" + t.name + "\" (" + std::to_string(t.nbytes()) +
-                   " bytes) would end beyond byte " + std::to_string(kMaxFileBytes) + " of " +
-                   std::string(file) + ", the bound on prepared file sizes (2^50)");
+      problems_->Add("tensor \"" + t.name + "\" (" + std::to_string(t.nbytes()) +
+                     " bytes) would end beyond byte " + std::to_string(kMaxFileBytes) + " of " +
+                     std::string(file) + ", the bound on prepared file sizes (2^50)");
       return;
     }
     out->push_back(Region{t.name, std::string(file), at, t.nbytes(), t.dtype, t.shape, {}});
     *offset = at + t.nbytes();
-  };
+  }
+
+  // Every routed expert's six sub-tensors are present as U8 with the MXFP4 shapes.
+  void CheckExperts(const ModelConfig& c) {
+    for (int layer = c.first_dense; layer < c.n_layers; ++layer) {
+      for (int e = 0; e < c.n_experts; ++e) {
+        for (int s = 0; s < kExpertSubCount; ++s) CheckExpertSub(c, layer, e, s);
+      }
+    }
+  }
+
+  // No language_model.* tensor is left out of the layout.
+  void CheckNoneLeftOver(const std::vector<TensorSpec>& tensors) {
+    const std::string_view lm = "language_model.";
+    for (const TensorSpec& t : tensors) {
+      if (t.name.compare(0, lm.size(), lm) == 0 && used_.find(t.name) == used_.end()) {
+        problems_->Add("tensor \"" + t.name +
+                       "\" is not part of the prepared layout for this config (wrong config, or a "
+                       "tensor the engine does not know)");
+      }
+    }
+  }
+
+ private:
+  void CheckExpertSub(const ModelConfig& c, int layer, int e, int s) {
+    const std::string name = ExpertTensorName(layer, e, s);
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
+      problems_->Add("expert tensor \"" + name + "\" is missing");
+      return;
+    }
+    const TensorSpec& t = *it->second;
+    used_.insert(t.name);
+    const Shape want = ExpertSubShape(c, s);
+    if (t.dtype != DType::kU8 || t.shape != want) {
+      problems_->Add("expert tensor \"" + name + "\" is " + DTypeName(t.dtype) + " " +
+                     ShapeString(t.shape) + ", expected U8 " + ShapeString(want) +
+                     " (MXFP4 for routed_expert_hidden_size " + std::to_string(c.latent) +
+                     ", moe_intermediate_size " + std::to_string(c.moe_inter) + ")");
+    }
+  }
+
+  Problems* problems_;
+  std::unordered_map<std::string_view, const TensorSpec*> by_name_;
+  std::unordered_set<std::string_view> used_;
+};
+
+}  // namespace
+
+Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& tensors,
+                           bool require_experts) {
+  const std::string what = "prepared layout";
+  K3_RETURN_IF_ERROR(CheckLayoutConfig(c, what));
+  Problems problems;
+  TensorMatcher matcher(tensors, &problems);
 
   Layout layout;
   uint64_t offset = 0;
@@ -287,7 +347,7 @@ Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& 
     run.layer = layer;
     run.offset = offset;  // already a multiple of kRunAlign
     for (const ExpectedTensor& want : ExpectedLayerTensors(c, layer)) {
-      place(want, kTrunkFile, kTensorAlign, &offset, &layout.trunk);
+      matcher.Place(want, kTrunkFile, kTensorAlign, &offset, &layout.trunk);
     }
     offset = AlignUp(offset, kRunAlign);
     run.length = offset - run.offset;
@@ -297,41 +357,13 @@ Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& 
 
   offset = 0;
   for (const ExpectedTensor& want : ExpectedResidentTensors(c)) {
-    place(want, kResidentFile, kResidentAlign, &offset, &layout.resident);
+    matcher.Place(want, kResidentFile, kResidentAlign, &offset, &layout.resident);
   }
   // Padded so the last tensor can be read with whole O_DIRECT blocks.
   layout.resident_bytes = AlignUp(offset, kResidentAlign);
 
-  for (int layer = c.first_dense; require_experts && layer < c.n_layers; ++layer) {
-    for (int e = 0; e < c.n_experts; ++e) {
-      for (int s = 0; s < kExpertSubCount; ++s) {
-        const std::string name = ExpertTensorName(layer, e, s);
-        auto it = by_name.find(name);
-        if (it == by_name.end()) {
-          problems.Add("expert tensor \"" + name + "\" is missing");
-          continue;
-        }
-        const TensorSpec& t = *it->second;
-        used.insert(t.name);
-        const Shape want = ExpertSubShape(c, s);
-        if (t.dtype != DType::kU8 || t.shape != want) {
-          problems.Add("expert tensor \"" + name + "\" is " + DTypeName(t.dtype) + " " +
-                       ShapeString(t.shape) + ", expected U8 " + ShapeString(want) +
-                       " (MXFP4 for routed_expert_hidden_size " + std::to_string(c.latent) +
-                       ", moe_intermediate_size " + std::to_string(c.moe_inter) + ")");
-        }
-      }
-    }
-  }
-
-  const std::string_view lm = "language_model.";
-  for (const TensorSpec& t : tensors) {
-    if (t.name.compare(0, lm.size(), lm) == 0 && used.find(t.name) == used.end()) {
-      problems.Add("tensor \"" + t.name +
-                   "\" is not part of the prepared layout for this config (wrong config, or a "
-                   "tensor the engine does not know)");
-    }
-  }
+  if (require_experts) matcher.CheckExperts(c);
+  matcher.CheckNoneLeftOver(tensors);
   if (!problems.empty()) return problems.ToStatus(what);
   return layout;
 }

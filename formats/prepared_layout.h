@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/align.h"
 #include "common/hash.h"
 #include "common/status.h"
 #include "formats/config.h"
@@ -187,6 +188,7 @@ inline uint64_t ExpertRecordIndex(const ModelConfig& c, int layer, int expert) {
          static_cast<uint64_t>(expert);
 }
 
-inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+// common/align.h's, for callers that spell it prepared::AlignUp.
+using k3::AlignUp;
 
 }  // namespace k3::prepared

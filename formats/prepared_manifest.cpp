@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "common/hex.h"
 #include "formats/manifest_json.h"
 
 namespace k3::prepared {
@@ -113,7 +114,7 @@ Status ValidateSource(const Manifest& m, const std::string& source) {
         source + ": source.shards[" + std::to_string(i) + "] \"" + s.name + "\"";
     if (!IsSafeRelative(s.name)) return Status::Invalid(where + ": not a relative file name");
     if (!seen.insert(s.name).second) return Status::Invalid(where + ": listed twice");
-    if (!s.sha256.empty() && !mjson::IsLowerHex(s.sha256, 64)) {
+    if (!s.sha256.empty() && !IsLowerHex(s.sha256, 64)) {
       return Status::Invalid(where + ": sha256 \"" + s.sha256 +
                              "\" is not 64 lowercase hex digits");
     }

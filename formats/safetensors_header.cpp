@@ -21,13 +21,6 @@ constexpr std::string_view kHint =
 // Bytes of the header JSON before data starts: [0, 8) is the length prefix.
 constexpr uint64_t kPrefixBytes = 8;
 
-void AppendHexByte(std::string& out, unsigned c) {
-  static const char kHex[] = "0123456789ABCDEF";
-  out += "\\x";
-  out += kHex[(c >> 4) & 15];
-  out += kHex[c & 15];
-}
-
 uint64_t DecodeLE64(const unsigned char* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -61,7 +54,7 @@ std::string Snippet(std::string_view json, size_t pos) {
   for (size_t i = start; i < stop; ++i) {
     const auto c = static_cast<unsigned char>(json[i]);
     if (c < 0x20 || c >= 0x7F || c == '\\') {
-      AppendHexByte(out, c);
+      AppendByteEscape(out, c);
     } else {
       out += static_cast<char>(c);
     }
@@ -76,7 +69,7 @@ std::string ByteText(char ch) {
   if (c >= 0x20 && c < 0x7F) {
     out = std::string("'") + ch + "'";
   } else {
-    AppendHexByte(out, c);
+    AppendByteEscape(out, c);
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // was fsynced; any failure, or destruction without Finish, removes the temporary.
 #include <algorithm>
 
+#include "common/hex.h"
 #include "formats/safetensors.h"
 
 namespace k3::st {
@@ -20,7 +21,10 @@ std::string ParentDirOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// JSON string literal for UTF-8 text (validity is checked before the header is built).
+// JSON string literal for UTF-8 text (validity is checked before the header is built). The one
+// hand-written JSON escaper in k3 (elsewhere nlohmann writes JSON): the header's exact bytes
+// are part of every synthetic shard, whose hashes the reference fixtures record, so its
+// escaping, key order, compactness and padding stay under this file's control.
 void AppendJsonString(std::string& out, std::string_view s) {
   out += '"';
   for (const char ch : s) {
@@ -29,10 +33,8 @@ void AppendJsonString(std::string& out, std::string_view s) {
       out += '\\';
       out += ch;
     } else if (c < 0x20) {
-      static const char kHex[] = "0123456789abcdef";
       out += "\\u00";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      AppendHexByte(out, c);
     } else {
       out += ch;
     }

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
+#include "formats/json_listing.h"
 #include "formats/manifest_json.h"
 
 namespace k3::fixture {
@@ -13,16 +15,6 @@ namespace {
 
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
-
-// Parses exactly `digits` lowercase hex digits (the width says the element size, so a BF16
-// sample written with F32 width is caught instead of silently zero-extended).
-bool ParseHexBits(std::string_view s, int digits, uint64_t* out) {
-  if (!mjson::IsLowerHex(s, static_cast<size_t>(digits))) return false;
-  uint64_t v = 0;
-  for (char c : s) v = (v << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
-  *out = v;
-  return true;
-}
 
 Result<std::vector<uint64_t>> ParseShape(const json& arr, const std::string& where) {
   std::vector<uint64_t> shape;
@@ -68,7 +60,9 @@ Status ParseSamples(const json& arr, const std::string& where, Entry* e) {
       return Status::Invalid(r.Path("index") + ": index " + std::to_string(s.index) +
                              " is sampled twice");
     }
-    if (!ParseHexBits(bits, digits, &s.bits)) {
+    // Exactly `digits` digits: the width says the element size, so a BF16 sample written with
+    // F32 width is caught instead of silently zero-extended.
+    if (!ParseHexUint(bits, static_cast<size_t>(digits), &s.bits)) {
       return Status::Invalid(r.Path("bits") + ": \"" + bits + "\" must be exactly " +
                              std::to_string(digits) + " lowercase hex digits (the " +
                              e->DTypeString() + " element's bit pattern)");
@@ -169,10 +163,8 @@ std::string RenderFixture(const FixtureFile& f) {
   std::sort(sorted.begin(), sorted.end(),
             [](const Entry* a, const Entry* b) { return a->name < b->name; });
   // One entry per line: readable, diffable, and compact for the released model's ~500k tensors.
-  std::string out = "{\n \"format\": \"" + std::string(kFormat) + "\",\n \"version\": " +
-                    std::to_string(kVersion) + ",\n \"tensors\": [";
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const Entry* e = sorted[i];
+  ojson tensors = ojson::array();
+  for (const Entry* e : sorted) {
     ojson j;
     j["name"] = e->name;
     j["dtype"] = e->DTypeString();
@@ -183,13 +175,16 @@ std::string RenderFixture(const FixtureFile& f) {
               [](const Sample& a, const Sample& b) { return a.index < b.index; });
     ojson js = ojson::array();
     for (const Sample& s : samples) {
-      js.push_back(ojson{{"index", s.index}, {"bits", BitsHex(s.bits, e->SampleHexDigits())}});
+      js.push_back(ojson{{"index", s.index}, {"bits", HexUint(s.bits, e->SampleHexDigits())}});
     }
     j["samples"] = std::move(js);
-    out += (i ? ",\n  " : "\n  ") + j.dump(-1, ' ', false, ojson::error_handler_t::replace);
+    tensors.push_back(std::move(j));
   }
-  out += sorted.empty() ? "]\n}\n" : "\n ]\n}\n";
-  return out;
+  ojson doc;
+  doc["format"] = std::string(kFormat);
+  doc["version"] = kVersion;
+  doc["tensors"] = std::move(tensors);
+  return listing::Dump(doc);
 }
 
 Status WriteFixture(Env* env, const std::string& path, const FixtureFile& f) {
@@ -207,16 +202,6 @@ std::vector<uint64_t> SampleIndices(uint64_t numel) {
     if (out.empty() || out.back() != idx) out.push_back(idx);
   }
   return out;
-}
-
-std::string BitsHex(uint64_t bits, int digits) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s(static_cast<size_t>(digits), '0');
-  for (int i = digits - 1; i >= 0; --i) {
-    s[static_cast<size_t>(i)] = kHex[bits & 0xF];
-    bits >>= 4;
-  }
-  return s;
 }
 
 }  // namespace k3::fixture

@@ -79,7 +79,4 @@ Status WriteFixture(Env* env, const std::string& path, const FixtureFile& f);
 // so two emits of the same tensor agree.
 std::vector<uint64_t> SampleIndices(uint64_t numel);
 
-// Lowercase hex of `bits` with exactly `digits` digits.
-std::string BitsHex(uint64_t bits, int digits);
-
 }  // namespace k3::fixture

@@ -1,14 +1,15 @@
 #include "k3verify/file_scan.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <thread>
 
+#include "common/align.h"
 #include "common/aligned_buffer.h"
 #include "common/direct_reader.h"
+#include "common/hex.h"
+#include "common/parallel.h"
 
 namespace k3::verify {
 namespace {
@@ -17,17 +18,12 @@ constexpr uint64_t kWindow = 8u << 20;   // one read: large enough that the disk
 constexpr uint64_t kSkipGap = 1u << 20;  // reading a gap this small beats a new request
 constexpr uint64_t kReadAlign = 4096;
 
-uint64_t AlignDown(uint64_t v, uint64_t a) { return v / a * a; }
-
 std::string Where(const ScanFile& f, const ScanItem& it) {
   return it.label + " (" + f.path + ", offset " + std::to_string(it.offset) + ", " +
          std::to_string(it.length) + " bytes)";
 }
 
-std::string ByteHex(uint8_t b) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  return std::string("0x") + kHex[b >> 4] + kHex[b & 15];
-}
+std::string ByteHex(uint8_t b) { return "0x" + HexUint(b, 2); }
 
 // The per-file state of one scan: the item in progress, its hash streams, open source files.
 class FileScanner {
@@ -228,17 +224,9 @@ ScanStats ScanFiles(Env* env, std::vector<ScanFile>& files, int jobs, Progress* 
                     std::vector<Status>* problems) {
   std::vector<ScanStats> stats(files.size());
   std::vector<std::vector<Status>> found(files.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < files.size(); i = next++) {
-      FileScanner(env, &files[i], progress).Run(&stats[i], &found[i]);
-    }
-  };
-  const size_t n_threads = std::min<size_t>(static_cast<size_t>(std::max(1, jobs)), files.size());
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+  ParallelFor(files.size(), jobs, [&](size_t i, size_t) {
+    FileScanner(env, &files[i], progress).Run(&stats[i], &found[i]);
+  });
   ScanStats total;
   for (size_t i = 0; i < files.size(); ++i) {
     total.items_hashed += stats[i].items_hashed;

@@ -1,16 +1,14 @@
 #include "k3verify/verify_shards.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <optional>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
+#include "common/parallel.h"
 #include "common/sysinfo.h"
 #include "formats/config.h"
 #include "formats/download_manifest.h"
@@ -218,26 +216,17 @@ Result<ShardsReport> VerifyShards(Env* env, const ShardsOptions& options) {
   // sequential, which is what the disk wants).
   const int jobs = std::max(1, options.jobs > 0 ? options.jobs : CoreCount());
   Progress progress("sha256", report.total_bytes, options.progress);
-  std::atomic<size_t> next{0};
-  std::mutex mu;
   const auto t0 = std::chrono::steady_clock::now();
-  auto worker = [&] {
-    for (size_t i = next++; i < report.shards.size(); i = next++) {
-      ShardReport& s = report.shards[i];
-      auto sha = HashFile(env, JoinPath(dir, s.name), &progress);
-      std::lock_guard<std::mutex> lock(mu);
-      if (sha.ok()) {
-        s.sha256 = std::move(sha).value();
-      } else {
-        s.problems.push_back(sha.status());
-      }
+  // Each item writes only its own ShardReport.
+  ParallelFor(report.shards.size(), jobs, [&](size_t i, size_t) {
+    ShardReport& s = report.shards[i];
+    auto sha = HashFile(env, JoinPath(dir, s.name), &progress);
+    if (sha.ok()) {
+      s.sha256 = std::move(sha).value();
+    } else {
+      s.problems.push_back(sha.status());
     }
-  };
-  std::vector<std::thread> threads;
-  const size_t n_threads = std::min<size_t>(static_cast<size_t>(jobs), report.shards.size());
-  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+  });
   progress.Finish();
   report.hash_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

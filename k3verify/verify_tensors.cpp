@@ -1,14 +1,14 @@
 #include "k3verify/verify_tensors.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <regex>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
+#include "common/parallel.h"
 #include "common/sysinfo.h"
 #include "formats/tensor_fixture.h"
 #include "k3verify/tensor_source.h"
@@ -24,18 +24,9 @@ std::string ShapeString(const std::vector<uint64_t>& shape) {
 }
 
 // Runs fn(i, files) for i in [0, n) on `jobs` threads, each with its own open-file cache.
-template <typename Fn>
-void ParallelFor(size_t n, int jobs, Fn fn) {
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    FileCache files;
-    for (size_t i = next++; i < n; i = next++) fn(i, &files);
-  };
-  const size_t threads_n = std::min<size_t>(static_cast<size_t>(std::max(1, jobs)), n);
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < threads_n; ++t) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
+void ForEachWithFiles(size_t n, int jobs, const std::function<void(size_t, FileCache*)>& fn) {
+  std::vector<FileCache> caches(ParallelWorkers(n, jobs));
+  ParallelFor(n, jobs, [&](size_t i, size_t worker) { fn(i, &caches[worker]); });
 }
 
 // The problems of one fixture entry against the directory's tensor.
@@ -84,8 +75,8 @@ std::vector<Status> CheckEntry(Env* env, FileCache* files, const TensorDir& dir,
     if (content->bits[k] != samples[k]->bits) {
       out.push_back(Status::Integrity(
           who + ": sample[index " + std::to_string(samples[k]->index) + "]: the fixture records " +
-          fixture::BitsHex(samples[k]->bits, digits) + ", " + dir_path + " has " +
-          fixture::BitsHex(content->bits[k], digits) +
+          HexUint(samples[k]->bits, digits) + ", " + dir_path + " has " +
+          HexUint(content->bits[k], digits) +
           (e.mxfp4 ? " (dequantised fp32 bits)" : "")));
     }
   }
@@ -127,7 +118,7 @@ void RunCheck(Env* env, const TensorsOptions& o, const TensorDir& dir,
   }
   Progress progress("tensors", total, o.progress);
   std::vector<std::vector<Status>> found(entries.size());
-  ParallelFor(entries.size(), o.jobs, [&](size_t i, FileCache* files) {
+  ForEachWithFiles(entries.size(), o.jobs, [&](size_t i, FileCache* files) {
     found[i] = CheckEntry(env, files, dir, o.dir, *entries[i], &progress);
   });
   progress.Finish();
@@ -151,7 +142,7 @@ void RunEmit(Env* env, const TensorsOptions& o, const TensorDir& dir,
   fixture::FixtureFile out;
   out.entries.resize(refs.size());
   std::vector<Status> failed(refs.size());
-  ParallelFor(refs.size(), o.jobs, [&](size_t i, FileCache* files) {
+  ForEachWithFiles(refs.size(), o.jobs, [&](size_t i, FileCache* files) {
     const TensorRef& ref = refs[i];
     fixture::Entry& e = out.entries[i];
     e.name = ref.name;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/align.h"
 #include "formats/safetensors.h"
 #include "k3prep/synth/presets.h"
 
@@ -33,9 +34,9 @@ BudgetFloor FloorOf(const std::vector<prepared::TrunkRun>& runs, uint64_t larges
     all += r.length;
     f.largest_run = std::max(f.largest_run, r.length);
   }
-  f.trunk_min = std::min(all, 2 * prepared::AlignUp(f.largest_run, 4096));
+  f.trunk_min = std::min(all, 2 * AlignUp(f.largest_run, 4096));
   f.largest_expert = has_experts ? largest_expert : 0;
-  f.cache_min = has_experts ? uint64_t(std::max(topk, 0) + 1) * prepared::AlignUp(largest_expert, 64) : 0;
+  f.cache_min = has_experts ? uint64_t(std::max(topk, 0) + 1) * AlignUp(largest_expert, 64) : 0;
   return f;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 
+#include "common/align.h"
 #include "common/aligned_buffer.h"
 #include "common/direct_reader.h"
 #include "common/progress.h"
@@ -20,7 +21,6 @@ namespace {
 constexpr uint64_t kBlock = 4096;                   // the largest logical block size in use
 constexpr uint64_t kWriteChunk = uint64_t{8} << 20;  // scratch file written in these pieces
 
-uint64_t AlignUp64(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 std::string ScratchPath(const std::string& dir, const char* what) {
   return JoinPath(dir, std::string(kScratchPrefix) + what + "-" + std::to_string(::getpid()) +
@@ -206,7 +206,7 @@ Result<ProbeReport> RunDiskProbe(Env* env, const ProbeOptions& o) {
   const uint32_t alignment = env->DirectAlignment(path);
   const uint64_t step = std::max<uint64_t>(kBlock, alignment);
   const uint64_t slots = (file_bytes - report.read_bytes) / step + 1;
-  const uint64_t stride = AlignUp64(report.read_bytes, step);
+  const uint64_t stride = AlignUp(report.read_bytes, step);
   std::mt19937_64 rng(o.seed);
   for (int depth : o.queue_depths) {
     std::unique_ptr<BatchReader> reader =

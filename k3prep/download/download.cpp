@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/parallel.h"
 #include "formats/download_manifest.h"
 #include "k3prep/download/http.h"
 #include "k3prep/download/hub.h"
@@ -213,15 +214,7 @@ std::string ResumeCommand(const DownloadOptions& o, const std::string& commit) {
   return cmd + " (with the same token source)";
 }
 
-}  // namespace
-
-Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result) {
-  DownloadResult local;
-  DownloadResult& res = result != nullptr ? *result : local;
-  res = DownloadResult{};
-  const auto t0 = std::chrono::steady_clock::now();
-  K3_RETURN_IF_ERROR(ValidateOptions(opts));
-
+HubContext MakeHubContext(const DownloadOptions& opts) {
   HubContext hub;
   hub.endpoint = opts.endpoint;
   while (!hub.endpoint.empty() && hub.endpoint.back() == '/') hub.endpoint.pop_back();
@@ -230,48 +223,39 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
   hub.connect_timeout_s = opts.connect_timeout_s;
   hub.retry.retry_max = opts.retry_max;
   hub.retry.backoff_base_ms = opts.backoff_base_ms;
+  hub.retry.wait = opts.wait_before_retry;
+  return hub;
+}
 
-  std::mt19937_64 rng(std::random_device{}());
-  HttpClient http;
-  K3_ASSIGN_OR_RETURN(std::string commit, ResolveCommit(http, hub, opts.revision, rng));
-  res.commit = commit;
-  LogInfo("resolved " + opts.repo + "@" + opts.revision + " to commit " + commit);
-  K3_ASSIGN_OR_RETURN(std::vector<HubFile> listed, ListTree(http, hub, commit, rng));
-  K3_ASSIGN_OR_RETURN(std::vector<HubFile> files,
-                      SelectFiles(listed, opts.includes, opts.repo, commit));
-
-  K3_RETURN_IF_ERROR(env->MakeDirs(opts.dest));
-  const std::string partial = JoinPath(opts.dest, kPartialDir);
-  K3_RETURN_IF_ERROR(env->MakeDirs(partial));
-  // One writer per DIR: two processes appending to the same .part would corrupt it (the
-  // Hub client's own flock lesson, ECOSYSTEM-NOTES §1.3). flock is advisory and a no-op on some
-  // network file systems; files that are not real descriptors (test Envs) are not locked.
-  const std::string lock_path = JoinPath(partial, "lock");
+// One writer per DIR: two processes appending to the same .part would corrupt it (the
+// Hub client's own flock lesson, ECOSYSTEM-NOTES §1.3). flock is advisory and a no-op on some
+// network file systems; files that are not real descriptors (test Envs) are not locked.
+Result<std::unique_ptr<File>> LockDest(Env* env, const DownloadOptions& opts,
+                                       const std::string& lock_path) {
   K3_ASSIGN_OR_RETURN(std::unique_ptr<File> lock_file, env->Open(lock_path, OpenMode::kReadWrite));
   if (lock_file->fd() >= 0 && ::flock(lock_file->fd(), LOCK_EX | LOCK_NB) != 0) {
     return Status::Invalid("another k3prep download is writing " + opts.dest + " (it holds " +
                            lock_path + "); wait for it to finish or stop it, then run again");
   }
-  const std::string manifest_path = JoinPath(opts.dest, std::string(dl::kFileName));
-  K3_ASSIGN_OR_RETURN(dl::DownloadManifest previous,
-                      LoadPrevious(env, manifest_path, opts.repo, commit));
+  return lock_file;
+}
 
-  dl::DownloadManifest start;
-  start.repo = opts.repo;
-  start.commit = commit;
-  // Never the credentials of an HF_ENDPOINT like https://user:password@mirror/: the manifest is
-  // shared and read by other tools; it records where the bytes came from, not how to log in.
-  start.endpoint = WithoutUserinfo(hub.endpoint);
-  ManifestBook book(env, manifest_path, start);
-  for (const dl::DownloadFile& e : previous.files) {
-    if (env->Exists(JoinPath(opts.dest, e.path))) book.Keep(e);
-  }
-
-  // Plan: recorded → skip; present and matching → adopt; otherwise queue (moving bad bytes
-  // out of the final name first).
-  res.files.resize(files.size());
-  std::vector<size_t> queue;
+// The files still to fetch (indices into the selection) and the bytes they need.
+struct Queue {
+  std::vector<size_t> files;
   uint64_t need = 0;
+};
+
+// Plan: recorded → skip; present and matching → adopt; otherwise queue (moving bad bytes
+// out of the final name first). Fills res->files' path, size and (skipped/adopted) kind.
+Result<Queue> PlanQueue(Env* env, const DownloadOptions& opts, const std::vector<HubFile>& files,
+                        const dl::DownloadManifest& previous, const std::string& partial,
+                        ManifestBook* book, DownloadResult* result) {
+  DownloadResult& res = *result;
+  Queue q;
+  std::vector<size_t>& queue = q.files;
+  uint64_t& need = q.need;
+  res.files.resize(files.size());
   for (size_t i = 0; i < files.size(); ++i) {
     const HubFile& f = files[i];
     FileOutcome& out = res.files[i];
@@ -290,7 +274,7 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
       K3_ASSIGN_OR_RETURN(std::string sha,
                           HashLocalFile(env, dst, f, &matches, &res.bytes_read_local));
       if (matches) {
-        K3_RETURN_IF_ERROR(book.Record(f.path, f.size, sha));
+        K3_RETURN_IF_ERROR(book->Record(f.path, f.size, sha));
         out.kind = FileOutcome::Kind::kAdopted;
         LogInfo(f.path + ": already present and matching the published hash; adopted");
         continue;
@@ -301,79 +285,124 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
       LogWarn(f.path + ": the file in " + opts.dest + " does not match the published hash; "
               "moved to " + aside + " and downloading it again");
     }
-    book.Forget(f.path);
+    book->Forget(f.path);
     uint64_t have = 0;
     Result<uint64_t> part_size = env->FileSize(JoinPath(partial, f.path) + ".part");
     if (part_size.ok()) have = std::min(*part_size, f.size);
     need += f.size - have;  // cannot wrap: SelectFiles checked that the sizes' sum fits
     queue.push_back(i);
   }
-  K3_RETURN_IF_ERROR(book.Write());
+  return q;
+}
 
-  if (need > 0) {
-    K3_ASSIGN_OR_RETURN(uint64_t free_bytes, env->FreeSpace(opts.dest));
-    if (free_bytes < need) {
-      return Status::Io("not enough disk in " + opts.dest + ": " + std::to_string(queue.size()) +
-                        " files still need " + std::to_string(need) + " bytes (" +
-                        FormatIecBytes(static_cast<double>(need)) + "), " +
-                        std::to_string(free_bytes) + " bytes are free; free space or choose "
-                        "another --dest");
-    }
+Status CheckFreeSpace(Env* env, const DownloadOptions& opts, const Queue& q) {
+  if (q.need == 0) return Status::Ok();
+  K3_ASSIGN_OR_RETURN(uint64_t free_bytes, env->FreeSpace(opts.dest));
+  if (free_bytes < q.need) {
+    return Status::Io("not enough disk in " + opts.dest + ": " + std::to_string(q.files.size()) +
+                      " files still need " + std::to_string(q.need) + " bytes (" +
+                      FormatIecBytes(static_cast<double>(q.need)) + "), " +
+                      std::to_string(free_bytes) + " bytes are free; free space or choose "
+                      "another --dest");
   }
-  LogInfo(std::to_string(files.size()) + " files selected, " + std::to_string(queue.size()) +
-          " to download (" + FormatIecBytes(static_cast<double>(need)) + ")");
+  return Status::Ok();
+}
 
-  Progress progress("download", need, opts.progress);
-  std::atomic<size_t> next{0};
-  std::atomic<int> done_files{0}, retries{0}, stalls{0};
-  std::atomic<uint64_t> fetched{0};
-  std::mutex res_mu;
-  // The file each worker is on, for the per-file part of the progress status.
+// The queued transfers on --jobs workers (common/parallel.h), with the progress status and the
+// finisher that fsyncs, renames and records each verified file.
+class QueueRun {
+ public:
+  QueueRun(Env* env, const DownloadOptions& opts, const TransferSettings& ts,
+           const std::vector<HubFile>& files, const Queue& queue, const std::string& partial,
+           ManifestBook* book, DownloadResult* res)
+      : env_(env), opts_(opts), ts_(ts), files_(files), queue_(queue.files), partial_(partial),
+        book_(book), res_(res), progress_("download", queue.need, opts.progress),
+        plain_(progress_.mode() == ProgressMode::kPlain),
+        slots_(ParallelWorkers(queue_.size(), opts.jobs)) {}
+
+  // Transfers every queued file; each file's outcome lands in res->files.
+  Status Run(std::mt19937_64& rng) {
+    UpdateStatus();
+    std::vector<std::unique_ptr<Worker>> workers;
+    for (size_t w = 0; w < slots_.size(); ++w) workers.push_back(MakeWorker(w, rng()));
+    ParallelFor(queue_.size(), opts_.jobs,
+                [&](size_t q, size_t w) { TransferOne(q, *workers[w], slots_[w]); });
+    finisher_.Drain();
+    progress_.Finish();
+    K3_RETURN_IF_ERROR(book_->Write());
+    res_->bytes_fetched = fetched_.load();
+    return Status::Ok();
+  }
+
+ private:
+  // The file a worker is on, for the per-file part of the progress status.
   struct Slot {
-    std::string path;  // guarded by res_mu; empty when idle
+    std::string path;  // guarded by mu_; empty when idle
     uint64_t size = 0;
     std::atomic<uint64_t> done{0};
   };
-  const size_t n_workers = std::min<size_t>(static_cast<size_t>(opts.jobs), queue.size());
-  std::vector<Slot> slots(n_workers);
-  const bool plain = progress.mode() == ProgressMode::kPlain;
-  const auto update_status = [&] {
-    std::string text = std::to_string(done_files.load()) + "/" + std::to_string(queue.size()) +
-                       " files, " + std::to_string(retries.load()) + " retries, " +
-                       std::to_string(stalls.load()) + " stalls";
+  // Per transfer worker: its connection, random stream (retry jitter) and progress callbacks.
+  struct Worker {
+    HttpClient client;
+    std::mt19937_64 rng;
+    TransferObserver obs;
+    std::chrono::steady_clock::time_point last_status = std::chrono::steady_clock::now();
+  };
+
+  std::unique_ptr<Worker> MakeWorker(size_t w, uint64_t seed) {
+    auto wk = std::make_unique<Worker>();
+    wk->rng.seed(seed);
+    Worker* self = wk.get();
+    Slot* slot = &slots_[w];
+    wk->obs.on_bytes = [this, self, slot](uint64_t n) {
+      progress_.Add(n);
+      fetched_ += n;
+      slot->done += n;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - self->last_status > std::chrono::milliseconds(250)) {
+        self->last_status = now;
+        UpdateStatus();
+      }
+    };
+    wk->obs.on_note = [this](const std::string& what) {
+      if (what == "stall") ++stalls_;
+      if (what == "retry") ++retries_;
+      UpdateStatus();
+    };
+    return wk;
+  }
+
+  void UpdateStatus() {
+    std::string text = std::to_string(done_files_.load()) + "/" + std::to_string(queue_.size()) +
+                       " files, " + std::to_string(retries_.load()) + " retries, " +
+                       std::to_string(stalls_.load()) + " stalls";
     std::string active;
     {
-      std::lock_guard<std::mutex> lock(res_mu);
-      for (const Slot& sl : slots) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Slot& sl : slots_) {
         if (sl.path.empty() || sl.size == 0) continue;
         const int pct = static_cast<int>(100.0 * static_cast<double>(sl.done.load()) /
                                          static_cast<double>(sl.size));
         // A log line can name the files; a terminal bar has room for percentages only.
-        active += (active.empty() ? "" : plain ? ", " : " ") +
-                  (plain ? sl.path + " " : std::string()) + std::to_string(pct) + "%";
+        active += (active.empty() ? "" : plain_ ? ", " : " ") +
+                  (plain_ ? sl.path + " " : std::string()) + std::to_string(pct) + "%";
       }
     }
-    if (!active.empty()) text += plain ? "; active: " + active : " [" + active + "]";
-    progress.SetStatus(text);
-  };
-  update_status();
-  TransferSettings ts;
-  ts.hub = hub;
-  ts.commit = commit;
-  ts.stall_bytes_per_s = opts.stall_bytes_per_s;
-  ts.stall_seconds = opts.stall_seconds;
+    if (!active.empty()) text += plain_ ? "; active: " + active : " [" + active + "]";
+    progress_.SetStatus(text);
+  }
 
   // Records a file's outcome (any thread).
-  const auto conclude = [&](size_t q, const TransferStats& st, const Status& s) {
-    const HubFile& f = files[queue[q]];
+  void Conclude(size_t q, const TransferStats& st, const Status& s) {
+    const HubFile& f = files_[queue_[q]];
     {
-      std::lock_guard<std::mutex> lock(res_mu);
-      FileOutcome& out = res.files[queue[q]];
+      std::lock_guard<std::mutex> lock(mu_);
+      FileOutcome& out = res_->files[queue_[q]];
       out.retries = st.retries;
       out.stalls = st.stalls;
       out.restarts = st.restarts;
       out.resumed_from = st.resumed_from;
-      res.bytes_read_local += st.prefix_bytes_read;
+      res_->bytes_read_local += st.prefix_bytes_read;
       out.kind = s.ok() ? FileOutcome::Kind::kDownloaded : FileOutcome::Kind::kFailed;
       if (!s.ok()) {
         out.error = s.message();
@@ -382,78 +411,68 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
     }
     if (!s.ok()) {
       LogError(s.message());
-    } else if (plain) {
+    } else if (plain_) {
       LogInfo("downloaded " + f.path + " (" + FormatIecBytes(static_cast<double>(f.size)) +
               (st.retries > 0 ? ", " + std::to_string(st.retries) + " retries" : "") + ")");
     }
-    ++done_files;
-    update_status();
-  };
-  Finisher finisher(2);
+    ++done_files_;
+    UpdateStatus();
+  }
 
-  auto worker = [&](size_t w, uint64_t seed) {
-    HttpClient client;
-    std::mt19937_64 wrng(seed);
-    TransferObserver obs;
-    Slot& slot = slots[w];
-    auto last_status = std::chrono::steady_clock::now();
-    obs.on_bytes = [&](uint64_t n) {
-      progress.Add(n);
-      fetched += n;
-      slot.done += n;
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_status > std::chrono::milliseconds(250)) {
-        last_status = now;
-        update_status();
-      }
-    };
-    obs.on_note = [&](const std::string& what) {
-      if (what == "stall") ++stalls;
-      if (what == "retry") ++retries;
-      update_status();
-    };
-    for (size_t q = next++; q < queue.size(); q = next++) {
-      const HubFile& f = files[queue[q]];
-      const std::string part = JoinPath(partial, f.path) + ".part";
-      const std::string dst = JoinPath(opts.dest, f.path);
-      TransferStats st;
-      {
-        std::lock_guard<std::mutex> lock(res_mu);
-        slot.path = f.path;
-        slot.size = f.size;
-        Result<uint64_t> have = env->FileSize(part);
-        slot.done = have.ok() ? std::min(*have, f.size) : 0;
-      }
-      Result<std::string> sha = TransferFile(env, client, ts, f, part, obs, wrng, &st);
-      {
-        std::lock_guard<std::mutex> lock(res_mu);
-        slot.path.clear();
-      }
-      if (!sha.ok()) {
-        conclude(q, st, sha.status());
-        continue;
-      }
-      // fsync → rename → record, in that order, on the finisher.
-      finisher.Post([&, q, st, part, dst, digest = *sha] {
-        const HubFile& ff = files[queue[q]];
-        Status s = FsyncFile(env, part);
-        if (s.ok()) s = env->MakeDirs(Parent(dst));
-        if (s.ok()) s = env->Rename(part, dst);
-        if (s.ok()) s = book.Record(ff.path, ff.size, digest, Parent(dst));
-        conclude(q, st, s);
-      });
+  void TransferOne(size_t q, Worker& wk, Slot& slot) {
+    const HubFile& f = files_[queue_[q]];
+    const std::string part = JoinPath(partial_, f.path) + ".part";
+    const std::string dst = JoinPath(opts_.dest, f.path);
+    TransferStats st;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot.path = f.path;
+      slot.size = f.size;
+      Result<uint64_t> have = env_->FileSize(part);
+      slot.done = have.ok() ? std::min(*have, f.size) : 0;
     }
-  };
-  std::vector<std::thread> threads;
-  for (size_t w = 0; w < n_workers; ++w) threads.emplace_back(worker, w, rng());
-  for (std::thread& t : threads) t.join();
-  finisher.Drain();
-  progress.Finish();
-  K3_RETURN_IF_ERROR(book.Write());
-  res.bytes_fetched = fetched.load();
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    Result<std::string> sha = TransferFile(env_, wk.client, ts_, f, part, wk.obs, wk.rng, &st);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot.path.clear();
+    }
+    if (!sha.ok()) {
+      Conclude(q, st, sha.status());
+      return;
+    }
+    // fsync → rename → record, in that order, on the finisher.
+    finisher_.Post([this, q, st, part, dst, digest = *sha] {
+      const HubFile& ff = files_[queue_[q]];
+      Status s = FsyncFile(env_, part);
+      if (s.ok()) s = env_->MakeDirs(Parent(dst));
+      if (s.ok()) s = env_->Rename(part, dst);
+      if (s.ok()) s = book_->Record(ff.path, ff.size, digest, Parent(dst));
+      Conclude(q, st, s);
+    });
+  }
 
-  // Outcome.
+  Env* env_;
+  const DownloadOptions& opts_;
+  const TransferSettings& ts_;
+  const std::vector<HubFile>& files_;
+  const std::vector<size_t>& queue_;
+  const std::string& partial_;
+  ManifestBook* book_;
+  DownloadResult* res_;
+  Progress progress_;
+  const bool plain_;
+  std::mutex mu_;  // res_->files, res_->bytes_read_local and the slots' paths
+  std::vector<Slot> slots_;
+  std::atomic<int> done_files_{0}, retries_{0}, stalls_{0};
+  std::atomic<uint64_t> fetched_{0};
+  Finisher finisher_{2};
+};
+
+// The run's exit: Ok (lock and empty .k3-partial removed) when every file arrived, else the
+// worst failure (kIntegrity over kInvalid over kIo) with the files left and how to resume.
+Status Outcome(Env* env, const DownloadOptions& opts, const std::string& commit,
+               const std::string& partial, const std::string& lock_path, File* lock_file,
+               const DownloadResult& res) {
   std::vector<std::string> failed;
   Code worst = Code::kOk;
   for (const FileOutcome& o : res.files) {
@@ -474,7 +493,7 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
   std::string list;
   for (size_t i = 0; i < failed.size() && i < 10; ++i) list += (i ? ", " : "") + failed[i];
   if (failed.size() > 10) list += ", …";
-  std::string msg = std::to_string(failed.size()) + " of " + std::to_string(files.size()) +
+  std::string msg = std::to_string(failed.size()) + " of " + std::to_string(res.files.size()) +
                     " files not downloaded (" + list + "); see the errors above";
   if (worst == Code::kIntegrity) {
     msg += "; files whose bytes did not match their published hash are kept as " +
@@ -487,6 +506,64 @@ Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result
     case Code::kInvalid: return Status::Invalid(msg);
     default: return Status::Io(msg);
   }
+}
+
+}  // namespace
+
+Status RunDownload(Env* env, const DownloadOptions& opts, DownloadResult* result) {
+  DownloadResult local;
+  DownloadResult& res = result != nullptr ? *result : local;
+  res = DownloadResult{};
+  const auto t0 = std::chrono::steady_clock::now();
+  K3_RETURN_IF_ERROR(ValidateOptions(opts));
+
+  // The commit and the files selected at it.
+  const HubContext hub = MakeHubContext(opts);
+  std::mt19937_64 rng(std::random_device{}());
+  HttpClient http;
+  K3_ASSIGN_OR_RETURN(std::string commit, ResolveCommit(http, hub, opts.revision, rng));
+  res.commit = commit;
+  LogInfo("resolved " + opts.repo + "@" + opts.revision + " to commit " + commit);
+  K3_ASSIGN_OR_RETURN(std::vector<HubFile> listed, ListTree(http, hub, commit, rng));
+  K3_ASSIGN_OR_RETURN(std::vector<HubFile> files,
+                      SelectFiles(listed, opts.includes, opts.repo, commit));
+
+  // DIR, locked, and what it already holds.
+  K3_RETURN_IF_ERROR(env->MakeDirs(opts.dest));
+  const std::string partial = JoinPath(opts.dest, kPartialDir);
+  K3_RETURN_IF_ERROR(env->MakeDirs(partial));
+  const std::string lock_path = JoinPath(partial, "lock");
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> lock_file, LockDest(env, opts, lock_path));
+  const std::string manifest_path = JoinPath(opts.dest, std::string(dl::kFileName));
+  K3_ASSIGN_OR_RETURN(dl::DownloadManifest previous,
+                      LoadPrevious(env, manifest_path, opts.repo, commit));
+  dl::DownloadManifest start;
+  start.repo = opts.repo;
+  start.commit = commit;
+  // Never the credentials of an HF_ENDPOINT like https://user:password@mirror/: the manifest is
+  // shared and read by other tools; it records where the bytes came from, not how to log in.
+  start.endpoint = WithoutUserinfo(hub.endpoint);
+  ManifestBook book(env, manifest_path, start);
+  for (const dl::DownloadFile& e : previous.files) {
+    if (env->Exists(JoinPath(opts.dest, e.path))) book.Keep(e);
+  }
+
+  // What to fetch, then fetch it.
+  K3_ASSIGN_OR_RETURN(const Queue queue,
+                      PlanQueue(env, opts, files, previous, partial, &book, &res));
+  K3_RETURN_IF_ERROR(book.Write());
+  K3_RETURN_IF_ERROR(CheckFreeSpace(env, opts, queue));
+  LogInfo(std::to_string(files.size()) + " files selected, " +
+          std::to_string(queue.files.size()) + " to download (" +
+          FormatIecBytes(static_cast<double>(queue.need)) + ")");
+  TransferSettings ts;
+  ts.hub = hub;
+  ts.commit = commit;
+  ts.stall_bytes_per_s = opts.stall_bytes_per_s;
+  ts.stall_seconds = opts.stall_seconds;
+  K3_RETURN_IF_ERROR(QueueRun(env, opts, ts, files, queue, partial, &book, &res).Run(rng));
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Outcome(env, opts, commit, partial, lock_path, lock_file.get(), res);
 }
 
 std::string FormatDownloadTable(const DownloadResult& r) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct DownloadOptions {
   long connect_timeout_s = 30;
   int retry_max = 5;
   int backoff_base_ms = 1000;
+  // Spends each wait before a retry (seconds, any thread); null sleeps. For tests, which record
+  // the waits chosen (RetryPolicy::wait).
+  std::function<void(double seconds)> wait_before_retry;
   ProgressMode progress = ProgressMode::kNone;
   std::string resume_command;  // printed when giving up (never contains the token)
 };

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "common/hex.h"
 #include "common/printable.h"
 
 namespace k3::download {
@@ -308,7 +309,6 @@ Status CheckFollowTarget(const std::string& endpoint, const std::string& target,
 }
 
 std::string UrlEscape(const std::string& s, bool keep_slash) {
-  static const char* kHex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char ch : s) {
     if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~' ||
@@ -316,8 +316,7 @@ std::string UrlEscape(const std::string& s, bool keep_slash) {
       out += static_cast<char>(ch);
     } else {
       out += '%';
-      out += kHex[ch >> 4];
-      out += kHex[ch & 15];
+      AppendHexByte(out, ch, HexCase::kUpper);
     }
   }
   return out;

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "common/printable.h"
 #include "formats/download_manifest.h"
 #include "k3prep/download/download.h"
@@ -15,12 +16,6 @@ namespace k3::download {
 namespace {
 
 using nlohmann::json;
-
-bool IsLowerHex(const std::string& s, size_t n) {
-  if (s.size() != n) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
 
 std::string AccessError(const HubContext& hub, long status, const std::string& url) {
   return "token missing or without access to " + hub.repo + " (HTTP " + std::to_string(status) +
@@ -58,7 +53,7 @@ Result<HttpResponse> GetApi(HttpClient& http, const HubContext& hub, const std::
                         "HF_ENDPOINT, then run the same command again");
     }
     std::optional<double> wait = ServerWaitSeconds(resp);
-    SleepSeconds(wait ? *wait : BackoffSeconds(hub.retry, attempt + 1, rng));
+    WaitBeforeRetry(hub.retry, wait ? *wait : BackoffSeconds(hub.retry, attempt + 1, rng));
   }
 }
 

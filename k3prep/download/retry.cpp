@@ -61,8 +61,12 @@ bool IsRetryableCurl(int curl_code) {
   }
 }
 
-void SleepSeconds(double seconds) {
-  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+void WaitBeforeRetry(const RetryPolicy& policy, double seconds) {
+  if (policy.wait) {
+    policy.wait(seconds);
+  } else if (seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }
 }
 
 }  // namespace k3::download

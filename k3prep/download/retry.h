@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -21,6 +22,9 @@ struct RetryPolicy {
   int retry_max = 5;            // consecutive attempts without progress before giving up
   int backoff_base_ms = 1000;   // first wait
   int backoff_cap_ms = 8000;    // longest backoff wait
+  // Spends each wait before a retry (seconds; any thread). Null: the calling thread sleeps.
+  // Tests record the waits instead, so they check which wait was chosen, not how long a run took.
+  std::function<void(double seconds)> wait;
 };
 
 // Wait before retry number `retry` (1 = the first retry), jittered.
@@ -32,6 +36,7 @@ std::optional<double> ServerWaitSeconds(const HttpResponse& resp);
 bool IsRetryableStatus(long status);
 // Connection-level failures worth retrying (refused, reset, cut short, stalled, DNS hiccup).
 bool IsRetryableCurl(int curl_code);
-void SleepSeconds(double seconds);
+// Waits `seconds` before a retry, through policy.wait when set.
+void WaitBeforeRetry(const RetryPolicy& policy, double seconds);
 
 }  // namespace k3::download

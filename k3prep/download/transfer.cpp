@@ -1,7 +1,5 @@
 #include "k3prep/download/transfer.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -240,41 +238,20 @@ struct Sink {
 
 ContentHasher::ContentHasher(uint64_t size, bool git_sha1) {
   if (git_sha1) {
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr);
+    sha1_ = std::make_unique<Sha1Stream>();
     const std::string header = "blob " + std::to_string(size) + std::string(1, '\0');
-    EVP_DigestUpdate(ctx, header.data(), header.size());
-    sha1_ = ctx;
+    sha1_->Update(header.data(), header.size());
   }
-}
-
-ContentHasher::~ContentHasher() {
-  if (sha1_ != nullptr) EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(sha1_));
 }
 
 void ContentHasher::Update(const void* data, size_t n) {
   sha256_.Update(data, n);
-  if (sha1_ != nullptr) EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(sha1_), data, n);
+  if (sha1_ != nullptr) sha1_->Update(data, n);
 }
 
 std::string ContentHasher::Sha256Hex() { return sha256_.HexDigest(); }
 
-std::string ContentHasher::GitSha1Hex() {
-  if (sha1_ == nullptr) return "";
-  EVP_MD_CTX* copy = EVP_MD_CTX_new();
-  EVP_MD_CTX_copy_ex(copy, static_cast<EVP_MD_CTX*>(sha1_));
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(copy, md, &len);
-  EVP_MD_CTX_free(copy);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
+std::string ContentHasher::GitSha1Hex() { return sha1_ != nullptr ? sha1_->HexDigest() : ""; }
 
 bool DigestsMatch(const HubFile& f, uint64_t size, const std::string& sha256,
                   const std::string& git_sha1) {
@@ -300,157 +277,220 @@ Result<std::string> HashLocalFile(Env* env, const std::string& path, const HubFi
   return sha;
 }
 
+namespace {
+
+// One file's transfer: the .part, its writer and hash state, and the retry bookkeeping.
+class Transfer {
+ public:
+  Transfer(Env* env, HttpClient& http, const TransferSettings& ts, const HubFile& f,
+           const std::string& part_path, const TransferObserver& observer, std::mt19937_64& rng,
+           TransferStats* stats)
+      : env_(env), http_(http), ts_(ts), f_(f), part_path_(part_path), observer_(observer),
+        rng_(rng), stats_(stats) {}
+
+  // Opens the .part (a longer one than the listed size starts over) and hashes the prefix a
+  // previous run left, once; later bytes are hashed as they arrive.
+  Status Open() {
+    K3_RETURN_IF_ERROR(env_->MakeDirs(Parent(part_path_)));
+    K3_ASSIGN_OR_RETURN(part_, env_->Open(part_path_, OpenMode::kReadWrite));
+    K3_ASSIGN_OR_RETURN(offset_, part_->Size());
+    if (offset_ > f_.size) {
+      LogWarn(f_.path + ": " + part_path_ + " holds " + std::to_string(offset_) +
+              " bytes, more than the listed " + std::to_string(f_.size) + "; starting over");
+      K3_RETURN_IF_ERROR(part_->Truncate(0));
+      offset_ = 0;
+    }
+    hasher_ = std::make_unique<ContentHasher>(f_.size, !f_.lfs());
+    K3_ASSIGN_OR_RETURN(writer_, PartWriter::Open(env_, part_.get(), part_path_));
+    stats_->resumed_from = offset_;
+    std::vector<char> buf(offset_ > 0 ? kReadChunk : 0);
+    for (uint64_t off = 0; off < offset_;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), offset_ - off));
+      K3_RETURN_IF_ERROR(part_->ReadExact(off, n, buf.data()));
+      hasher_->Update(buf.data(), n);
+      off += n;
+      stats_->prefix_bytes_read += n;
+    }
+    from_zero_ = offset_ == 0;
+    return Status::Ok();
+  }
+
+  // Fetches until the .part holds the listed size, retrying (with waits) until --retry-max
+  // attempts in a row brought no bytes.
+  Status FetchRest() {
+    while (offset_ < f_.size) {
+      Step step;
+      if (source_.url.empty()) step = ResolveSource(http_, ts_, f_, &source_);
+      if (step.verdict == Verdict::kOk) step = Exchange();
+      if (step.verdict == Verdict::kOk) break;  // the body reached the listed size
+      if (step.verdict == Verdict::kFatal) return step.status;
+      last_error_ = step.why;
+      ++failures_;
+      ++stats_->retries;
+      if (observer_.on_note) observer_.on_note("retry");
+      if (failures_ > ts_.hub.retry.retry_max) {
+        return Status::Io(f_.path + ": gave up after " + std::to_string(failures_) +
+                          " attempts in a row without new bytes; last error: " + last_error_ +
+                          "; " + std::to_string(offset_) + " of " + std::to_string(f_.size) +
+                          " bytes kept in " + part_path_ + " for the next run");
+      }
+      WaitBeforeRetry(ts_.hub.retry,
+                      step.wait ? *step.wait : BackoffSeconds(ts_.hub.retry, failures_, rng_));
+    }
+    return Status::Ok();
+  }
+
+  // After FetchRest: the sha256 when size and hash match the listing (the .part closed). A
+  // resumed .part that does not match is tried once more from byte 0 (*again set); a full
+  // download that does not match becomes NAME.part.bad (kIntegrity).
+  Result<std::string> Verify(bool* again) {
+    *again = false;
+    const std::string sha = hasher_->Sha256Hex();
+    if (DigestsMatch(f_, offset_, sha, hasher_->GitSha1Hex())) {
+      // Not fsynced here: the caller does that off the transfer thread, before the rename.
+      K3_RETURN_IF_ERROR(writer_->Close());
+      K3_RETURN_IF_ERROR(part_->Close());
+      return sha;
+    }
+    if (!from_zero_) {
+      // The prefix came from an earlier run; a crash may have left it stale. One clean pass.
+      K3_RETURN_IF_ERROR(Restart("hash mismatch after resuming from byte " +
+                                 std::to_string(stats_->resumed_from)));
+      *again = true;
+      return std::string();
+    }
+    K3_RETURN_IF_ERROR(writer_->Close());
+    K3_RETURN_IF_ERROR(part_->Close());
+    const std::string bad = part_path_ + ".bad";
+    K3_RETURN_IF_ERROR(env_->Rename(part_path_, bad));
+    const std::string want = f_.lfs() ? "SHA-256 " + f_.sha256 : "git blob sha1 " + f_.git_oid;
+    const std::string got =
+        f_.lfs() ? "SHA-256 " + sha : "git blob sha1 " + hasher_->GitSha1Hex();
+    return Status::Integrity(f_.path + ": downloaded " + std::to_string(offset_) +
+                             " bytes (the listed size) but their " + got +
+                             " does not match the published " + want + " at " + ts_.commit +
+                             "; kept as " + bad + " for inspection; run again to re-download");
+  }
+
+ private:
+  Status Restart(const std::string& why) {
+    LogWarn(f_.path + ": " + why + "; truncating " + part_path_ + " and starting from byte 0");
+    K3_RETURN_IF_ERROR(part_->Truncate(0));
+    offset_ = 0;
+    hasher_ = std::make_unique<ContentHasher>(f_.size, !f_.lfs());
+    from_zero_ = true;
+    ++stats_->restarts;
+    return Status::Ok();
+  }
+
+  // One GET of the rest of the file from source_. kOk: the .part now holds the listed size;
+  // kRetry: try again (after the wait in the step); kFatal: give up with the status.
+  Step Exchange() {
+    HttpRequest req;
+    req.url = source_.url;
+    if (source_.send_token) req.bearer_token = ts_.hub.token;
+    if (offset_ > 0) req.range_from = offset_;
+    req.connect_timeout_s = ts_.hub.connect_timeout_s;
+    req.low_speed_bytes_per_s = ts_.stall_bytes_per_s;
+    req.low_speed_seconds = ts_.stall_seconds;
+    req.receive_buffer_bytes = kReceiveBuffer;
+    Sink sink;
+    sink.writer = writer_.get();
+    sink.offset = &offset_;
+    sink.hasher = hasher_.get();
+    sink.observer = &observer_;
+    sink.expected_size = f_.size;
+    Result<HttpResponse> r =
+        http_.Perform(req, [&sink](const HttpResponse& resp, const char* d, size_t n) {
+          return sink.OnBytes(resp, d, n);
+        });
+    // Bytes already hashed must reach the file whatever happened afterwards.
+    Status flushed = sink.Flush();
+    if (!sink.error.ok()) return Fatal(sink.error);
+    if (!flushed.ok()) return Fatal(flushed);
+    if (!r.ok()) return Fatal(r.status());
+    stats_->bytes_fetched += sink.arrived;
+    if (sink.arrived > 0) failures_ = 0;
+    return Classify(*r, req, sink);
+  }
+
+  // What the exchange's outcome means for the next step.
+  Step Classify(const HttpResponse& resp, const HttpRequest& req, const Sink& sink) {
+    const long st = resp.status;
+    if (sink.restart) {
+      if (Status s = Restart(sink.restart_why); !s.ok()) return Fatal(s);
+      return Retry(sink.restart_why, 0.0);
+    }
+    if (resp.curl_code == 0 && (st == 200 || st == 206)) {
+      if (offset_ == f_.size) return Step{};
+      return Retry("body ended at byte " + std::to_string(offset_) + " of " +
+                   std::to_string(f_.size));
+    }
+    if (resp.curl_code == 0 && st == 416) {
+      Status s = Restart("416 Range Not Satisfiable from byte " + std::to_string(offset_) +
+                         " (Content-Range '" + Printable(resp.Header("content-range")) + "')");
+      if (!s.ok()) return Fatal(s);
+      return Retry("416", 0.0);
+    }
+    if (resp.curl_code == 0 && (st == 401 || st == 403)) {
+      // A signed URL expires; the Hub hands out a fresh one.
+      source_.url.clear();
+      ++stats_->reresolves;
+      return Retry("HTTP " + std::to_string(st) + " from " + RedactUrl(req.url) +
+                   " (signed URL expired?)", 0.0);
+    }
+    if (resp.curl_code != 0) {
+      if (resp.StalledOrTimedOut()) {
+        ++stats_->stalls;
+        if (observer_.on_note) observer_.on_note("stall");
+      }
+      if (!IsRetryableCurl(resp.curl_code)) {
+        return Fatal(Status::Io(f_.path + ": download from " + RedactUrl(req.url) +
+                                " failed: " + resp.curl_error));
+      }
+      return Retry(resp.curl_error);
+    }
+    if (IsRetryableStatus(st)) {
+      return Retry("HTTP " + std::to_string(st) + " from " + RedactUrl(req.url),
+                   ServerWaitSeconds(resp));
+    }
+    return Fatal(Status::Io(f_.path + ": download from " + RedactUrl(req.url) +
+                            " answered HTTP " + std::to_string(st) + "; " +
+                            std::to_string(offset_) + " of " + std::to_string(f_.size) +
+                            " bytes kept in " + part_path_));
+  }
+
+  Env* env_;
+  HttpClient& http_;
+  const TransferSettings& ts_;
+  const HubFile& f_;
+  const std::string& part_path_;
+  const TransferObserver& observer_;
+  std::mt19937_64& rng_;
+  TransferStats* stats_;
+  std::unique_ptr<File> part_;
+  std::unique_ptr<PartWriter> writer_;
+  std::unique_ptr<ContentHasher> hasher_;
+  uint64_t offset_ = 0;    // bytes in the .part (written + pending in the writer)
+  bool from_zero_ = true;  // the hash covers only bytes fetched by this transfer
+  Source source_;
+  int failures_ = 0;  // consecutive attempts that brought no bytes
+  std::string last_error_;
+};
+
+}  // namespace
+
 Result<std::string> TransferFile(Env* env, HttpClient& http, const TransferSettings& ts,
                                  const HubFile& f, const std::string& part_path,
                                  const TransferObserver& observer, std::mt19937_64& rng,
                                  TransferStats* stats) {
-  K3_RETURN_IF_ERROR(env->MakeDirs(Parent(part_path)));
-  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> part, env->Open(part_path, OpenMode::kReadWrite));
-  K3_ASSIGN_OR_RETURN(uint64_t offset, part->Size());
-  if (offset > f.size) {
-    LogWarn(f.path + ": " + part_path + " holds " + std::to_string(offset) +
-            " bytes, more than the listed " + std::to_string(f.size) + "; starting over");
-    K3_RETURN_IF_ERROR(part->Truncate(0));
-    offset = 0;
-  }
-  auto hasher = std::make_unique<ContentHasher>(f.size, !f.lfs());
-  K3_ASSIGN_OR_RETURN(std::unique_ptr<PartWriter> writer,
-                      PartWriter::Open(env, part.get(), part_path));
-  stats->resumed_from = offset;
-  // The prefix of a resumed .part: hashed once, here; later bytes are hashed as they arrive.
-  {
-    std::vector<char> buf(offset > 0 ? kReadChunk : 0);
-    for (uint64_t off = 0; off < offset;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), offset - off));
-      K3_RETURN_IF_ERROR(part->ReadExact(off, n, buf.data()));
-      hasher->Update(buf.data(), n);
-      off += n;
-      stats->prefix_bytes_read += n;
-    }
-  }
-  bool from_zero = offset == 0;
-  auto restart = [&](const std::string& why) -> Status {
-    LogWarn(f.path + ": " + why + "; truncating " + part_path + " and starting from byte 0");
-    K3_RETURN_IF_ERROR(part->Truncate(0));
-    offset = 0;
-    hasher = std::make_unique<ContentHasher>(f.size, !f.lfs());
-    from_zero = true;
-    ++stats->restarts;
-    return Status::Ok();
-  };
-
-  Source source;
-  int failures = 0;  // consecutive attempts that brought no bytes
-  std::string last_error;
+  Transfer t(env, http, ts, f, part_path, observer, rng, stats);
+  K3_RETURN_IF_ERROR(t.Open());
   while (true) {
-    // One pass: fetch until the .part holds f.size bytes, then verify.
-    while (offset < f.size) {
-      Step step;
-      if (source.url.empty()) step = ResolveSource(http, ts, f, &source);
-      if (step.verdict == Verdict::kOk) {
-        HttpRequest req;
-        req.url = source.url;
-        if (source.send_token) req.bearer_token = ts.hub.token;
-        if (offset > 0) req.range_from = offset;
-        req.connect_timeout_s = ts.hub.connect_timeout_s;
-        req.low_speed_bytes_per_s = ts.stall_bytes_per_s;
-        req.low_speed_seconds = ts.stall_seconds;
-        req.receive_buffer_bytes = kReceiveBuffer;
-        Sink sink;
-        sink.writer = writer.get();
-        sink.offset = &offset;
-        sink.hasher = hasher.get();
-        sink.observer = &observer;
-        sink.expected_size = f.size;
-        Result<HttpResponse> r = http.Perform(
-            req, [&sink](const HttpResponse& resp, const char* d, size_t n) {
-              return sink.OnBytes(resp, d, n);
-            });
-        // Bytes already hashed must reach the file whatever happened afterwards.
-        Status flushed = sink.Flush();
-        if (!sink.error.ok()) return sink.error;
-        K3_RETURN_IF_ERROR(flushed);
-        if (!r.ok()) return r.status();
-        const HttpResponse& resp = *r;
-        stats->bytes_fetched += sink.arrived;
-        if (sink.arrived > 0) failures = 0;
-        const long st = resp.status;
-        if (sink.restart) {
-          K3_RETURN_IF_ERROR(restart(sink.restart_why));
-          step = Retry(sink.restart_why);
-          step.wait = 0.0;
-        } else if (resp.curl_code == 0 && (st == 200 || st == 206)) {
-          if (offset == f.size) break;
-          step = Retry("body ended at byte " + std::to_string(offset) + " of " +
-                       std::to_string(f.size));
-        } else if (resp.curl_code == 0 && st == 416) {
-          K3_RETURN_IF_ERROR(restart("416 Range Not Satisfiable from byte " +
-                                     std::to_string(offset) + " (Content-Range '" +
-                                     Printable(resp.Header("content-range")) + "')"));
-          step = Retry("416");
-          step.wait = 0.0;
-        } else if (resp.curl_code == 0 && (st == 401 || st == 403)) {
-          // A signed URL expires; the Hub hands out a fresh one.
-          source.url.clear();
-          ++stats->reresolves;
-          step = Retry("HTTP " + std::to_string(st) + " from " + RedactUrl(req.url) +
-                       " (signed URL expired?)");
-          step.wait = 0.0;
-        } else if (resp.curl_code != 0) {
-          if (resp.StalledOrTimedOut()) {
-            ++stats->stalls;
-            if (observer.on_note) observer.on_note("stall");
-          }
-          if (!IsRetryableCurl(resp.curl_code)) {
-            return Status::Io(f.path + ": download from " + RedactUrl(req.url) + " failed: " +
-                              resp.curl_error);
-          }
-          step = Retry(resp.curl_error);
-        } else if (IsRetryableStatus(st)) {
-          step = Retry("HTTP " + std::to_string(st) + " from " + RedactUrl(req.url),
-                       ServerWaitSeconds(resp));
-        } else {
-          return Status::Io(f.path + ": download from " + RedactUrl(req.url) + " answered HTTP " +
-                            std::to_string(st) + "; " + std::to_string(offset) + " of " +
-                            std::to_string(f.size) + " bytes kept in " + part_path);
-        }
-      }
-      if (step.verdict == Verdict::kFatal) return step.status;
-      last_error = step.why;
-      ++failures;
-      ++stats->retries;
-      if (observer.on_note) observer.on_note("retry");
-      if (failures > ts.hub.retry.retry_max) {
-        return Status::Io(f.path + ": gave up after " + std::to_string(failures) +
-                          " attempts in a row without new bytes; last error: " + last_error +
-                          "; " + std::to_string(offset) + " of " + std::to_string(f.size) +
-                          " bytes kept in " + part_path + " for the next run");
-      }
-      SleepSeconds(step.wait ? *step.wait : BackoffSeconds(ts.hub.retry, failures, rng));
-    }
-    const std::string sha = hasher->Sha256Hex();
-    if (DigestsMatch(f, offset, sha, hasher->GitSha1Hex())) {
-      // Not fsynced here: the caller does that off the transfer thread, before the rename.
-      K3_RETURN_IF_ERROR(writer->Close());
-      K3_RETURN_IF_ERROR(part->Close());
-      return sha;
-    }
-    if (!from_zero) {
-      // The prefix came from an earlier run; a crash may have left it stale. One clean pass.
-      K3_RETURN_IF_ERROR(restart("hash mismatch after resuming from byte " +
-                                 std::to_string(stats->resumed_from)));
-      continue;
-    }
-    K3_RETURN_IF_ERROR(writer->Close());
-    K3_RETURN_IF_ERROR(part->Close());
-    const std::string bad = part_path + ".bad";
-    K3_RETURN_IF_ERROR(env->Rename(part_path, bad));
-    const std::string want = f.lfs() ? "SHA-256 " + f.sha256 : "git blob sha1 " + f.git_oid;
-    const std::string got = f.lfs() ? "SHA-256 " + sha : "git blob sha1 " + hasher->GitSha1Hex();
-    return Status::Integrity(f.path + ": downloaded " + std::to_string(offset) +
-                             " bytes (the listed size) but their " + got +
-                             " does not match the published " + want + " at " + ts.commit +
-                             "; kept as " + bad + " for inspection; run again to re-download");
+    K3_RETURN_IF_ERROR(t.FetchRest());
+    bool again = false;
+    K3_ASSIGN_OR_RETURN(std::string sha, t.Verify(&again));
+    if (!again) return sha;
   }
 }
 

@@ -34,14 +34,13 @@ namespace k3::download {
 class ContentHasher {
  public:
   ContentHasher(uint64_t size, bool git_sha1);
-  ~ContentHasher();
   void Update(const void* data, size_t n);
   std::string Sha256Hex();
   std::string GitSha1Hex();  // empty when not requested
 
  private:
   Sha256Stream sha256_;
-  void* sha1_ = nullptr;  // EVP_MD_CTX*
+  std::unique_ptr<Sha1Stream> sha1_;  // null unless the git blob sha1 was requested
 };
 
 // True when (size, sha256, git sha1) of local bytes match the listing.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "formats/config.h"
 
@@ -91,18 +92,6 @@ std::map<size_t, JournalEntry> ParseJournal(const std::string& text, const Hash1
   return out;
 }
 
-bool ParseHex64(const std::string& s, uint64_t* v) {
-  if (s.size() != 16) return false;
-  uint64_t x = 0;
-  for (char ch : s) {
-    int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-    if (d < 0) return false;
-    x = x << 4 | static_cast<uint64_t>(d);
-  }
-  *v = x;
-  return true;
-}
-
 Result<Hash128> HashSpan(Env* env, const std::string& path, uint64_t begin, uint64_t end,
                          std::vector<uint8_t>* buf) {
   K3_ASSIGN_OR_RETURN(std::unique_ptr<File> f, env->Open(path, OpenMode::kRead));
@@ -147,7 +136,7 @@ std::string ReverifyJournal(Env* env, const std::string& journal_path, const Has
     bool parsed = true;
     for (size_t i = 0; i < rh.size(); ++i) parsed = parsed && Hash128::FromHex(e.hashes[i], &rh[i]);
     for (size_t i = 0; i < eh.size(); ++i) {
-      parsed = parsed && ParseHex64(e.hashes[rh.size() + i], &eh[i]);
+      parsed = parsed && ParseHexUint(e.hashes[rh.size() + i], 16, &eh[i]);
     }
     if (!parsed) continue;
     const std::string tmp = TempPathFor(s.final_path);

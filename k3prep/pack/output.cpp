@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "common/align.h"
 #include "common/hash.h"
 #include "common/progress.h"
 #include "formats/experts_index.h"
@@ -44,7 +45,8 @@ std::vector<OutputFile> FinalOutputs(const Plan& plan, const std::string& out,
   }
   uint64_t table = 0;
   for (const prepared::FileEntry& f : plan.expert_files) table += 4 + f.path.size();
-  const uint64_t idx = prepared::kExpertsIndexHeaderSize + prepared::AlignUp(table, prepared::kPathTableAlign) +
+  const uint64_t idx = prepared::kExpertsIndexHeaderSize +
+                       AlignUp(table, prepared::kPathTableAlign) +
                        uint64_t{prepared::kExpertRecordSize} * plan.records.size();
   files.push_back(OutputFile{JoinPath(out, std::string(prepared::kExpertsIndexFile)), idx});
   // The manifest: ~300 bytes per region plus the config and file lists.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/align.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/progress.h"
@@ -65,21 +66,20 @@ std::vector<std::string> OutputDirs(const PackOptions& o, const Plan& plan,
   return dirs;
 }
 
-}  // namespace
-
-Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
-  const auto t0 = std::chrono::steady_clock::now();
-  PackOptions o = opts;
-  if (o.model_dir.empty()) return Status::Invalid("MODEL_DIR: required");
-  if (o.out.empty()) return Status::Invalid("--out: required");
-  if (o.jobs < 1) return Status::Invalid("--jobs " + std::to_string(o.jobs) + ": must be >= 1");
-  if (!o.stripe_dirs.empty() && o.experts != prepared::ExpertsMode::kCopy) {
+// Checks the options, rounds the window to whole trunk runs, and returns the --stripe
+// directories as absolute paths (each once).
+Result<std::vector<std::string>> CheckOptions(Env* env, PackOptions* o) {
+  if (o->model_dir.empty()) return Status::Invalid("MODEL_DIR: required");
+  if (o->out.empty()) return Status::Invalid("--out: required");
+  if (o->jobs < 1) return Status::Invalid("--jobs " + std::to_string(o->jobs) + ": must be >= 1");
+  if (!o->stripe_dirs.empty() && o->experts != prepared::ExpertsMode::kCopy) {
     return Status::Invalid("--stripe: spreads copied experts over disks, so it needs "
                            "--experts copy");
   }
-  o.window_bytes = prepared::AlignUp(std::max<uint64_t>(o.window_bytes, prepared::kRunAlign), prepared::kRunAlign);
+  o->window_bytes =
+      AlignUp(std::max<uint64_t>(o->window_bytes, prepared::kRunAlign), prepared::kRunAlign);
   std::vector<std::string> stripe_abs;
-  for (const std::string& d : o.stripe_dirs) {
+  for (const std::string& d : o->stripe_dirs) {
     if (d.empty()) return Status::Invalid("--stripe: empty directory name");
     K3_ASSIGN_OR_RETURN(std::string abs, AbsoluteDir(env, d));
     if (std::find(stripe_abs.begin(), stripe_abs.end(), abs) != stripe_abs.end()) {
@@ -87,6 +87,92 @@ Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
     }
     stripe_abs.push_back(std::move(abs));
   }
+  return stripe_abs;
+}
+
+// Files written after the streams, whole: experts.idx and the tokenizer copies (under
+// temporary names, appended to *finals), with their manifest entries.
+struct SmallFiles {
+  std::vector<prepared::Region> regions;
+  std::vector<prepared::FileEntry> files;
+};
+
+Result<SmallFiles> WriteSmallFiles(Env* env, const PackOptions& o, const Plan& plan,
+                                   PackStats* stats, std::vector<std::string>* finals) {
+  SmallFiles out;
+  auto add = [&](const std::string& rel, const std::string& bytes) -> Status {
+    const std::string path = JoinPath(o.out, rel);
+    K3_RETURN_IF_ERROR(WriteSmallTemp(env, path, bytes, stats));
+    finals->push_back(path);
+    out.regions.push_back(WholeFileRegion(rel, bytes));
+    out.files.push_back(prepared::FileEntry{rel, bytes.size()});
+    return Status::Ok();
+  };
+  prepared::ExpertsIndex idx;
+  idx.n_layers = static_cast<uint32_t>(plan.config.n_layers);
+  idx.first_moe_layer = static_cast<uint32_t>(plan.config.first_dense);
+  idx.n_experts = static_cast<uint32_t>(plan.config.n_experts);
+  for (const prepared::FileEntry& f : plan.expert_files) idx.files.push_back(f.path);
+  idx.records = plan.records;
+  K3_RETURN_IF_ERROR(
+      add(std::string(prepared::kExpertsIndexFile), prepared::EncodeExpertsIndex(idx)));
+  for (const std::string& name : plan.tokenizer_files) {
+    K3_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, JoinPath(o.model_dir, name)));
+    K3_RETURN_IF_ERROR(add(std::string(prepared::kTokenizerDir) + "/" + name, bytes));
+  }
+  return out;
+}
+
+// k3.json of the finished pack, validated.
+Result<prepared::Manifest> MakeManifest(const PackOptions& o, const Plan& plan,
+                                        const SmallFiles& small) {
+  for (size_t e = 0; e < plan.expert_hashed.size(); ++e) {
+    if (!plan.expert_hashed[e]) {
+      return Status::Io("internal: expert record " + std::to_string(e) +
+                        " was never hashed (please report)");
+    }
+  }
+  prepared::Manifest m;
+  m.config = plan.config;
+  m.source = plan.source;
+  m.experts_mode = o.experts;
+  m.files = {prepared::FileEntry{std::string(prepared::kTrunkFile), plan.layout.trunk_bytes},
+             prepared::FileEntry{std::string(prepared::kResidentFile), plan.layout.resident_bytes}};
+  m.files.insert(m.files.end(), small.files.begin(), small.files.end());
+  m.expert_files = plan.expert_files;
+  m.runs = plan.layout.runs;
+  m.regions = plan.regions;
+  m.regions.insert(m.regions.end(), small.regions.begin(), small.regions.end());
+  K3_RETURN_IF_ERROR(prepared::ValidateManifest(m, "k3.json being written"));
+  return m;
+}
+
+// Renames every output to its final name, writes k3.json and k3.sum, fsyncs the directories
+// and removes the journal. If k3.json/k3.sum cannot be written, the renames are undone.
+Status Publish(Env* env, const PackOptions& o, const prepared::Manifest& m,
+               const std::vector<std::string>& finals, const std::vector<std::string>& dirs,
+               const std::string& journal_path) {
+  K3_RETURN_IF_ERROR(RenameAll(env, finals));
+  Status s = prepared::WriteManifestAndSum(env, o.out, m);
+  if (!s.ok()) {
+    const std::string json_path = JoinPath(o.out, std::string(prepared::kManifestFile));
+    if (env->Exists(json_path) && !env->Exists(JoinPath(o.out, std::string(prepared::kSumFile)))) {
+      (void)env->Remove(json_path);
+    }
+    RenameBack(env, finals, finals.size());
+    return s.WithContext("writing k3.json/k3.sum (nothing was left under a final name; re-run "
+                         "with --resume)");
+  }
+  for (const std::string& d : dirs) K3_RETURN_IF_ERROR(env->SyncDir(d));
+  return env->Remove(journal_path);
+}
+
+}  // namespace
+
+Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PackOptions o = opts;
+  K3_ASSIGN_OR_RETURN(const std::vector<std::string> stripe_abs, CheckOptions(env, &o));
 
   K3_ASSIGN_OR_RETURN(Plan plan, MakePlan(env, o, stripe_abs));
   std::vector<uint64_t> tokenizer_sizes;
@@ -144,69 +230,14 @@ Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
   stats.read_backend = packer.backend();
   K3_RETURN_IF_ERROR(packer.FinishOutputs());
 
-  // Small files: tokenizer copies and experts.idx (all under temporary names).
-  prepared::Manifest& m = result.manifest;
+  // Small files (temporary names), then k3.json, then every final name at once.
   std::vector<std::string> finals;
-  for (const Stream& s : plan.streams) {
-    if (!s.final_path.empty()) finals.push_back(s.final_path);
+  for (const Stream& st : plan.streams) {
+    if (!st.final_path.empty()) finals.push_back(st.final_path);
   }
-  std::vector<prepared::Region> small_regions;
-  std::vector<prepared::FileEntry> small_files;
-  {
-    prepared::ExpertsIndex idx;
-    idx.n_layers = static_cast<uint32_t>(plan.config.n_layers);
-    idx.first_moe_layer = static_cast<uint32_t>(plan.config.first_dense);
-    idx.n_experts = static_cast<uint32_t>(plan.config.n_experts);
-    for (const prepared::FileEntry& f : plan.expert_files) idx.files.push_back(f.path);
-    idx.records = plan.records;
-    const std::string bytes = prepared::EncodeExpertsIndex(idx);
-    const std::string path = JoinPath(o.out, std::string(prepared::kExpertsIndexFile));
-    K3_RETURN_IF_ERROR(WriteSmallTemp(env, path, bytes, &stats));
-    finals.push_back(path);
-    small_regions.push_back(WholeFileRegion(std::string(prepared::kExpertsIndexFile), bytes));
-    small_files.push_back(prepared::FileEntry{std::string(prepared::kExpertsIndexFile), bytes.size()});
-  }
-  for (const std::string& name : plan.tokenizer_files) {
-    K3_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, JoinPath(o.model_dir, name)));
-    const std::string rel = std::string(prepared::kTokenizerDir) + "/" + name;
-    const std::string path = JoinPath(o.out, rel);
-    K3_RETURN_IF_ERROR(WriteSmallTemp(env, path, bytes, &stats));
-    finals.push_back(path);
-    small_regions.push_back(WholeFileRegion(rel, bytes));
-    small_files.push_back(prepared::FileEntry{rel, bytes.size()});
-  }
-
-  m.config = plan.config;
-  m.source = plan.source;
-  m.experts_mode = o.experts;
-  m.files = {prepared::FileEntry{std::string(prepared::kTrunkFile), plan.layout.trunk_bytes},
-             prepared::FileEntry{std::string(prepared::kResidentFile), plan.layout.resident_bytes}};
-  m.files.insert(m.files.end(), small_files.begin(), small_files.end());
-  m.expert_files = plan.expert_files;
-  m.runs = plan.layout.runs;
-  m.regions = plan.regions;
-  m.regions.insert(m.regions.end(), small_regions.begin(), small_regions.end());
-  for (size_t e = 0; e < plan.expert_hashed.size(); ++e) {
-    if (!plan.expert_hashed[e]) {
-      return Status::Io("internal: expert record " + std::to_string(e) +
-                        " was never hashed (please report)");
-    }
-  }
-  K3_RETURN_IF_ERROR(prepared::ValidateManifest(m, "k3.json being written"));
-
-  K3_RETURN_IF_ERROR(RenameAll(env, finals));
-  Status s = prepared::WriteManifestAndSum(env, o.out, m);
-  if (!s.ok()) {
-    const std::string json_path = JoinPath(o.out, std::string(prepared::kManifestFile));
-    if (env->Exists(json_path) && !env->Exists(JoinPath(o.out, std::string(prepared::kSumFile)))) {
-      (void)env->Remove(json_path);
-    }
-    RenameBack(env, finals, finals.size());
-    return s.WithContext("writing k3.json/k3.sum (nothing was left under a final name; re-run "
-                         "with --resume)");
-  }
-  for (const std::string& d : dirs) K3_RETURN_IF_ERROR(env->SyncDir(d));
-  K3_RETURN_IF_ERROR(env->Remove(journal_path));
+  K3_ASSIGN_OR_RETURN(const SmallFiles small, WriteSmallFiles(env, o, plan, &stats, &finals));
+  K3_ASSIGN_OR_RETURN(result.manifest, MakeManifest(o, plan, small));
+  K3_RETURN_IF_ERROR(Publish(env, o, result.manifest, finals, dirs, journal_path));
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/align.h"
 #include "k3prep/pack/journal.h"
 
 namespace k3::prep::pack_internal {
@@ -143,7 +144,7 @@ Status Packer::Fill(const Batch& batch, uint8_t* buf, BatchReader* reader) {
   for (size_t i = 0; i < wants.size(); ++i) {
     const Want& x = wants[i];
     const uint64_t b = x.off / kBlock * kBlock;
-    const uint64_t e = std::min(prepared::AlignUp(x.off + x.len, kBlock), plan_->source_sizes[x.src]);
+    const uint64_t e = std::min(AlignUp(x.off + x.len, kBlock), plan_->source_sizes[x.src]);
     if (!ranges.empty() && ranges.back().src == x.src && b <= ranges.back().end + kBridgeBytes) {
       ranges.back().end = std::max(ranges.back().end, e);
     } else {
@@ -154,7 +155,7 @@ Status Packer::Fill(const Batch& batch, uint8_t* buf, BatchReader* reader) {
   uint64_t total = 0;
   for (Range& r : ranges) {
     r.staged = total;
-    total += prepared::AlignUp(r.end - r.begin, kBlock);
+    total += AlignUp(r.end - r.begin, kBlock);
   }
   if (staging_.size() < total) {
     K3_ASSIGN_OR_RETURN(staging_, AlignedBuffer::AllocateHuge(total + (1 << 20)));

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "common/align.h"
 #include "formats/download_manifest.h"
 #include "formats/safetensors.h"
 
@@ -188,7 +189,7 @@ void PlanCopyExpertStreams(const st::CheckpointIndex& index, Plan* plan,
       Unit u;
       u.stream = first_stream + slot.file_id;
       u.begin = slot.offset;
-      u.end = prepared::AlignUp(dst, prepared::kExpertAlign);
+      u.end = AlignUp(dst, prepared::kExpertAlign);
       u.layer = layer;
       u.experts.push_back(static_cast<int32_t>(rec));
       s.units.push_back(plan->units.size());

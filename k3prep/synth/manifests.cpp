@@ -1,80 +1,80 @@
 #include "k3prep/synth/manifests.h"
 
-#include <algorithm>
-#include <numeric>
-
 #include <nlohmann/json.hpp>
+
+#include "formats/json_listing.h"
 
 namespace k3::synth {
 namespace {
 
-// Tensor and shard names are plain ASCII we generate ourselves; quoting through nlohmann keeps
-// that an invariant rather than an assumption.
-std::string Quote(const std::string& s) { return nlohmann::json(s).dump(); }
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+ojson ShardJson(const ShardPlan& sp, int n_layers) {
+  const bool model_level = sp.last_unit == n_layers;
+  const bool has_layers = sp.first_unit < n_layers;
+  ojson j;
+  j["name"] = sp.name;
+  j["file_size"] = sp.file_size;
+  j["data_offset"] = sp.data_offset;
+  j["data_bytes"] = sp.data_bytes;
+  j["tensor_count"] = sp.tensor_count;
+  j["first_layer"] = has_layers ? ojson(sp.first_unit) : ojson(nullptr);
+  j["last_layer"] = has_layers ? ojson(model_level ? n_layers - 1 : sp.last_unit) : ojson(nullptr);
+  j["model_level"] = model_level;
+  return j;
+}
+
+ojson TensorJson(const Layout& layout, const TensorPlan& t) {
+  ojson j;
+  j["name"] = t.name;
+  j["dtype"] = std::string(DTypeName(t.dtype));
+  j["shape"] = t.shape;
+  j["shard"] = layout.shards[t.shard].name;
+  j["begin"] = t.begin;
+  j["end"] = t.begin + t.nbytes;
+  return j;
+}
 
 }  // namespace
 
+// nlohmann's json keeps object keys sorted (std::map, byte order), which is the released
+// index's weight_map order; dump(2) gives the released layout byte for byte (the reference
+// fixtures hash this file).
 std::string IndexJson(const Layout& layout) {
-  std::vector<size_t> order(layout.tensors.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return layout.tensors[a].name < layout.tensors[b].name;
-  });
-  std::string out = "{\n  \"metadata\": {\n    \"total_size\": " +
-                    std::to_string(layout.total_tensor_bytes) + "\n  },\n  \"weight_map\": {\n";
-  for (size_t k = 0; k < order.size(); ++k) {
-    const TensorPlan& t = layout.tensors[order[k]];
-    out += "    " + Quote(t.name) + ": " + Quote(layout.shards[t.shard].name) +
-           (k + 1 < order.size() ? ",\n" : "\n");
-  }
-  out += "  }\n}\n";
-  return out;
+  json weight_map = json::object();
+  for (const TensorPlan& t : layout.tensors) weight_map[t.name] = layout.shards[t.shard].name;
+  json doc;
+  doc["metadata"]["total_size"] = layout.total_tensor_bytes;
+  doc["weight_map"] = std::move(weight_map);
+  return doc.dump(2) + "\n";
 }
 
 std::string LayoutJson(const Layout& layout, const std::string& preset, uint64_t seed,
                        const std::string& config_json) {
-  std::string out = "{\n\"format\": \"k3-synth-layout\",\n\"version\": 1,\n";
-  out += "\"preset\": " + Quote(preset) + ",\n";
-  out += "\"seed\": " + std::to_string(seed) + ",\n";
-  out += "\"small_dtype\": " + Quote(SmallDTypeName(layout.small)) + ",\n";
-  out += "\"config\": " + nlohmann::json::parse(config_json).dump() + ",\n";
-  out += "\"totals\": {\"tensor_bytes\": " + std::to_string(layout.total_tensor_bytes) +
-         ", \"file_bytes\": " + std::to_string(layout.total_file_bytes) +
-         ", \"trunk_bytes\": " + std::to_string(layout.trunk_bytes) +
-         ", \"expert_bytes\": " + std::to_string(layout.expert_bytes) +
-         ", \"expert_count\": " + std::to_string(layout.expert_count) +
-         ", \"bytes_per_expert\": " + std::to_string(layout.bytes_per_expert) +
-         ", \"embed_lm_head_bytes\": " + std::to_string(layout.embed_lm_head_bytes) +
-         ", \"tensor_count\": " + std::to_string(layout.tensors.size()) + "},\n";
-  out += "\"shards\": [\n";
-  const int n_layers = layout.config.n_layers;
-  for (size_t s = 0; s < layout.shards.size(); ++s) {
-    const ShardPlan& sp = layout.shards[s];
-    const bool model_level = sp.last_unit == n_layers;
-    const int last_layer = model_level ? n_layers - 1 : sp.last_unit;
-    const bool has_layers = sp.first_unit < n_layers;
-    out += "{\"name\": " + Quote(sp.name) + ", \"file_size\": " + std::to_string(sp.file_size) +
-           ", \"data_offset\": " + std::to_string(sp.data_offset) +
-           ", \"data_bytes\": " + std::to_string(sp.data_bytes) +
-           ", \"tensor_count\": " + std::to_string(sp.tensor_count) +
-           ", \"first_layer\": " + (has_layers ? std::to_string(sp.first_unit) : "null") +
-           ", \"last_layer\": " + (has_layers ? std::to_string(last_layer) : "null") +
-           ", \"model_level\": " + (model_level ? "true" : "false") + "}" +
-           (s + 1 < layout.shards.size() ? ",\n" : "\n");
-  }
-  out += "],\n\"tensors\": [\n";
-  for (size_t i = 0; i < layout.tensors.size(); ++i) {
-    const TensorPlan& t = layout.tensors[i];
-    std::string shape;
-    for (uint64_t d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    out += "{\"name\": " + Quote(t.name) + ", \"dtype\": \"" + DTypeName(t.dtype) +
-           "\", \"shape\": [" + shape + "], \"shard\": " + Quote(layout.shards[t.shard].name) +
-           ", \"begin\": " + std::to_string(t.begin) +
-           ", \"end\": " + std::to_string(t.begin + t.nbytes) + "}" +
-           (i + 1 < layout.tensors.size() ? ",\n" : "\n");
-  }
-  out += "]\n}\n";
-  return out;
+  ojson doc;
+  doc["format"] = "k3-synth-layout";
+  doc["version"] = 1;
+  doc["preset"] = preset;
+  doc["seed"] = seed;
+  doc["small_dtype"] = std::string(SmallDTypeName(layout.small));
+  doc["config"] = ojson::parse(config_json);
+  ojson& totals = doc["totals"];
+  totals["tensor_bytes"] = layout.total_tensor_bytes;
+  totals["file_bytes"] = layout.total_file_bytes;
+  totals["trunk_bytes"] = layout.trunk_bytes;
+  totals["expert_bytes"] = layout.expert_bytes;
+  totals["expert_count"] = layout.expert_count;
+  totals["bytes_per_expert"] = layout.bytes_per_expert;
+  totals["embed_lm_head_bytes"] = layout.embed_lm_head_bytes;
+  totals["tensor_count"] = layout.tensors.size();
+  ojson shards = ojson::array();
+  for (const ShardPlan& sp : layout.shards) shards.push_back(ShardJson(sp, layout.config.n_layers));
+  doc["shards"] = std::move(shards);
+  ojson tensors = ojson::array();
+  for (const TensorPlan& t : layout.tensors) tensors.push_back(TensorJson(layout, t));
+  doc["tensors"] = std::move(tensors);
+  return listing::Dump(doc);
 }
 
 }  // namespace k3::synth

@@ -11,7 +11,9 @@
 //    "tensors": [{"name", "dtype", "shape", "shard", "begin", "end"}]}
 //
 // begin/end are offsets in the shard's data section (safetensors "data_offsets"); the file
-// offset of a byte is the shard's data_offset + begin.
+// offset of a byte is the shard's data_offset + begin. Both files are written by nlohmann: the
+// index as the release lays it out (dump(2)), layout.json one shard or tensor per line
+// (formats/json_listing.h).
 #pragma once
 
 #include <cstdint>

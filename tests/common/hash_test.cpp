@@ -40,6 +40,31 @@ TEST(Sha256, MillionAs) {
   EXPECT_EQ(s.HexDigest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+// FIPS 180 test vectors ("abc", the empty message, the two-block message, a million 'a').
+TEST(Sha1, FipsVectors) {
+  EXPECT_EQ(Sha1Hex("abc", 3), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(Sha1Hex("", 0), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(Sha1Hex(two_blocks.data(), two_blocks.size()),
+            "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+}
+
+TEST(Sha1, MillionAsStreamedAndDigestDoesNotEndTheStream) {
+  Sha1Stream s;
+  const std::string chunk(1000, 'a');
+  for (int i = 0; i < 500; ++i) s.Update(chunk.data(), chunk.size());
+  EXPECT_EQ(s.HexDigest(), Sha1Hex(std::string(500000, 'a').data(), 500000));
+  for (int i = 0; i < 500; ++i) s.Update(chunk.data(), chunk.size());
+  EXPECT_EQ(s.HexDigest(), "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+}
+
+// What k3prep download compares with a listing's oid: git's blob id, SHA-1 of "blob <size>\0"
+// followed by the bytes (git hash-object).
+TEST(Sha1, GitBlobId) {
+  const std::string blob = std::string("blob 6") + '\0' + "hello\n";
+  EXPECT_EQ(Sha1Hex(blob.data(), blob.size()), "ce013625030ba8dba906f756967f9e9ca394464a");
+}
+
 TEST(Xxh3_64, SanityVectors) {
   const auto buf = SanityBuffer(2367);
   const struct {

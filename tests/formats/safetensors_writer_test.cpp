@@ -128,6 +128,22 @@ TEST_F(SafetensorsWriterTest, EscapesQuotesBackslashesAndControlBytes) {
   EXPECT_EQ(h->metadata.at("note"), "say \"hi\"\t");
 }
 
+// The writer's escaper is the project's one hand-written JSON escaper (the header's bytes are
+// hashed by the reference fixtures): these are its exact bytes.
+TEST_F(SafetensorsWriterTest, EscaperWritesShortEscapesForQuoteAndBackslashAndUForControls) {
+  Writer w(Env::Default(), path_);
+  w.SetMetadata({{"note", "say \"hi\"\t\x1f"}});
+  w.Add("q\"uote\\back\nline", DType::kU8, {1});
+  ASSERT_TRUE(w.Begin().ok());
+  ASSERT_TRUE(w.Append("x", 1).ok());
+  ASSERT_TRUE(w.Finish().ok());
+  const std::string file = ReadAll(path_);
+  const std::string header = file.substr(8, LengthPrefixOf(file));
+  EXPECT_THAT(header,
+              StartsWith(R"({"__metadata__":{"note":"say \"hi\"\u0009\u001f"},)"
+                         R"("q\"uote\\back\u000aline":{"dtype":"U8","shape":[1],)"));
+}
+
 TEST_F(SafetensorsWriterTest, NoTensorsGivesAValidFile) {
   Writer w(Env::Default(), path_);
   ASSERT_TRUE(w.Begin().ok());

@@ -26,7 +26,9 @@ Faults (--faults JSON list), each {"mode", "path" (default: every file), "times"
   wrong_size    hub: X-Linked-Size is the real size + 1
   corrupt       CDN: byte "offset" (default 0) of the body is flipped; the published sha256 is
                 the real one
-  trickle       CDN: send in "chunk" byte pieces (default 4096) with "interval" s between them
+  trickle       CDN: send in "chunk" byte pieces (default 4096) with "interval" s between them;
+                with "hold_at" N, send nothing at or past byte N of the file: once there, hold
+                the connection open for "hold_seconds" (default 600), then close it
   unsafe_path   hub ("where":"hub"): the tree listing also names "../evil.safetensors"
 Hostile hub modes (hub by default, no "where" needed):
   redirect      resolve: 302 to "location" (any scheme: file://, gopher://, ftp://...) with the
@@ -324,10 +326,17 @@ class CdnHandler(Quiet):
                 return
             if trickle:
                 chunk = trickle.get("chunk", 4096)
-                for i in range(0, len(body), chunk):
-                    self.wfile.write(body[i:i + chunk])
+                stop = len(body)
+                if "hold_at" in trickle:
+                    stop = max(0, min(stop, trickle["hold_at"] - start))
+                for i in range(0, stop, chunk):
+                    self.wfile.write(body[i:min(i + chunk, stop)])
                     self.wfile.flush()
                     time.sleep(trickle.get("interval", 0.05))
+                if stop < len(body):
+                    time.sleep(trickle.get("hold_seconds", 600))
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
                 return
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):

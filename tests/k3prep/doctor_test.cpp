@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/align.h"
 #include "common/env.h"
 #include "formats/config.h"
 #include "formats/prepared_layout.h"
@@ -306,7 +307,7 @@ TEST(DoctorBudget, ReleasedFloorFromReleasedConfig) {
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   // DESIGN.md §7: layer 0's run is 2.34 GB; the trunk minimum is two of them, 4 KiB-rounded.
   EXPECT_NEAR(double(f->largest_run), 2.34e9, 0.01e9);
-  EXPECT_EQ(f->trunk_min, 2 * prepared::AlignUp(f->largest_run, 4096));
+  EXPECT_EQ(f->trunk_min, 2 * AlignUp(f->largest_run, 4096));
   // top-k + 1 = 17 expert slots of 17,547,264 B (already a multiple of 64).
   EXPECT_EQ(f->cache_min, 17u * 17'547'264u);
   EXPECT_LT(f->total(), kReleasedFloorBytes);

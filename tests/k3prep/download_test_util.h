@@ -6,15 +6,16 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
-#include <functional>
-#include <memory>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/env.h"
 #include "common/hash.h"
@@ -127,13 +128,14 @@ inline const char* kShard1 = "model-00001-of-000002.safetensors";  // 300,000 by
 inline const char* kShard2 = "model-00002-of-000002.safetensors";  // 120,000 bytes
 
 // One download against hubsim serving the small repo (MakeSmallRepo) with the given faults.
+// Waits before retries are recorded, not slept: a test checks which wait the downloader chose
+// (a server's Retry-After, or the backoff), never how long the run took.
 struct FaultRun {
   test::TempDir tmp;
   std::map<std::string, std::string> src;
   std::unique_ptr<HubSimProcess> sim;
   download::DownloadResult result;
   Status status;
-  double seconds = 0;
 
   // Serves the small repo with `faults` and runs one download (options adjustable).
   // `before` runs after the repo exists and before the download (e.g. to plant a .part).
@@ -152,10 +154,12 @@ struct FaultRun {
       return;
     }
     auto o = test::TestOptions(sim->endpoint(), dest());
+    o.wait_before_retry = [this](double s) {
+      std::lock_guard<std::mutex> lock(waits_mu_);
+      waits_.push_back(s);
+    };
     if (adjust) adjust(&o);
-    const auto t0 = std::chrono::steady_clock::now();
     status = download::RunDownload(Env::Default(), o, &result);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   std::string dest() const { return tmp.Join("dst"); }
   const download::FileOutcome& Outcome(const std::string& path) const {
@@ -169,11 +173,20 @@ struct FaultRun {
   std::string Sha(const std::string& path) const {
     return Sha256Hex(src.at(path).data(), src.at(path).size());
   }
+  // The waits before retries, in the order they were asked for (over all threads).
+  std::vector<double> Waits() {
+    std::lock_guard<std::mutex> lock(waits_mu_);
+    return waits_;
+  }
   void ExpectAllGood() {
     ASSERT_TRUE(status.ok()) << status.ToString();
     test::ExpectDownloaded(dest(), src, {"config.json", kShard1, kShard2});
     test::ExpectTokenNeverAtCdn(*sim);
   }
+
+ private:
+  std::mutex waits_mu_;
+  std::vector<double> waits_;
 };
 
 }  // namespace k3::test

@@ -1,6 +1,6 @@
-// k3verify prepared: one test per corruption case of the issue, each building a prepared
-// directory (prepared_fixture.h, or PackTiny from a real checkpoint for --against), breaking one
-// thing, and asserting the exit category and that the message names what it must.
+// k3verify prepared: one test per way a prepared directory can be corrupted, each building a
+// prepared directory (prepared_fixture.h, or PackTiny from a real checkpoint for --against),
+// breaking one thing, and asserting the exit category and that the message names what it must.
 #include "k3verify/verify_prepared.h"
 
 #include <filesystem>

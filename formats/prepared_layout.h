@@ -188,7 +188,4 @@ inline uint64_t ExpertRecordIndex(const ModelConfig& c, int layer, int expert) {
          static_cast<uint64_t>(expert);
 }
 
-// common/align.h's, for callers that spell it prepared::AlignUp.
-using k3::AlignUp;
-
 }  // namespace k3::prepared

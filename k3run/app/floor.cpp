@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/align.h"
 #include "common/aligned_buffer.h"
 #include "common/direct_reader.h"
 #include "formats/prepared_layout.h"
@@ -81,7 +82,7 @@ class ExpertProbe {
     std::shuffle(order_.begin(), order_.end(), rng);
     qd_ = std::min<size_t>(static_cast<size_t>(o_.expert_queue_depth), recs.size());
     // Slots 4096-aligned like the engine's arena, so each read lands where the engine's would.
-    slot_ = prepared::AlignUp(max_len, 4096);
+    slot_ = AlignUp(max_len, 4096);
     K3_ASSIGN_OR_RETURN(buf_, AlignedBuffer::Allocate(qd_ * slot_, 4096));
     reader_ = BatchReader::Create(static_cast<int>(qd_), o_.force_pread);
     max_len_ = max_len;

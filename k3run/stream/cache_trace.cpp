@@ -112,16 +112,13 @@ std::string CacheTraceWriter::Serialize() const {
   out += '\n';
   out.reserve(out.size() + waves_.size() * 40 + ids_.size() * 4);
   for (const WaveRec& w : waves_) {
-    out += "{\"step\":";
-    out += std::to_string(w.step);
-    out += ",\"layer\":";
-    out += std::to_string(w.layer);
-    out += ",\"experts\":[";
-    for (size_t i = 0; i < w.count; ++i) {
-      if (i > 0) out += ',';
-      out += std::to_string(ids_[w.begin + i]);
-    }
-    out += "]}\n";
+    const nlohmann::ordered_json line = {
+        {"step", w.step},
+        {"layer", w.layer},
+        {"experts", std::vector<int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(w.begin),
+                                         ids_.begin() + static_cast<std::ptrdiff_t>(w.begin + w.count))}};
+    out += line.dump();
+    out += '\n';
   }
   return out;
 }

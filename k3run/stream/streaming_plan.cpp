@@ -7,13 +7,13 @@
 #include <utility>
 #include <cstdio>
 
+#include "common/align.h"
 #include "formats/prepared_layout.h"
 #include "k3run/stream/memory_plan.h"
 
 namespace k3::run {
 namespace {
 
-uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t GbToBytes(double gb) { return gb <= 0 ? 0 : static_cast<uint64_t>(std::llround(gb * 1e9)); }
 
 // Budgets of small models round to 0.000 GB: the exact byte count keeps messages meaningful.
@@ -96,18 +96,18 @@ Result<Sizes> MeasureSizes(const prepared::PreparedDir& p, StreamingPlan* plan) 
   for (const prepared::ExpertRecord& r : p.experts.records) {
     max_expert = std::max(max_expert, r.length);
   }
-  plan->expert_slot_bytes = RoundUp(max_expert, 64);
+  plan->expert_slot_bytes = AlignUp(max_expert, 64);
   z.moe = !p.experts.records.empty();
   plan->cache_min = z.moe ? uint64_t(c.topk + 1) * plan->expert_slot_bytes : 0;
   z.cache_all = uint64_t(p.experts.records.size()) * plan->expert_slot_bytes;
-  z.largest = z.runs.empty() ? 0 : RoundUp(z.runs[0].length, 4096);
+  z.largest = z.runs.empty() ? 0 : AlignUp(z.runs[0].length, 4096);
   // A streamed lm_head goes through the ring in chunks: at least 16 per pass (so no chunk forces
   // a large slot), whole rows, and a row count that keeps chunk offsets 4 KiB-aligned (O_DIRECT).
   z.vocab = static_cast<int64_t>(lm->shape[0]);
   z.row_align = static_cast<int64_t>(4096 / std::gcd(z.row_bytes, uint64_t{4096}));
   z.min_chunk_rows =
-      std::min<int64_t>(z.vocab, RoundUp(uint64_t((z.vocab + 15) / 16), uint64_t(z.row_align)));
-  z.min_chunk_bytes = RoundUp(uint64_t(z.min_chunk_rows) * z.row_bytes, 4096);
+      std::min<int64_t>(z.vocab, AlignUp(uint64_t((z.vocab + 15) / 16), uint64_t(z.row_align)));
+  z.min_chunk_bytes = AlignUp(uint64_t(z.min_chunk_rows) * z.row_bytes, 4096);
   plan->trunk_min =
       std::min(z.trunk_all + z.lm_bytes, 2 * std::max(z.largest, z.min_chunk_bytes));
   return z;
@@ -205,7 +205,7 @@ void PlaceTrunk(const Sizes& z, StreamingPlan* plan) {
   const uint64_t layer_budget = plan->lm_head_held ? trunk - z.lm_bytes : trunk;
   // The ring slot when runs [j, end) are streamed: their largest run, or an lm_head chunk.
   auto slot_for = [&](size_t j) {
-    const uint64_t run = j < runs.size() ? RoundUp(runs[j].length, 4096) : 0;
+    const uint64_t run = j < runs.size() ? AlignUp(runs[j].length, 4096) : 0;
     return plan->lm_head_held ? run : std::max(run, z.min_chunk_bytes);
   };
   // Pin the largest runs while the pinned set plus a ring for the rest still fits: a ring of

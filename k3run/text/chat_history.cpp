@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
+
 namespace k3::run {
 namespace {
 
@@ -26,8 +28,9 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
   for (size_t i = 0; i < line.size(); ++i) {
     const auto b = static_cast<unsigned char>(line[i]);
     if (b < 0x20) {
-      return Status::Invalid(at + "raw control byte 0x" + "0123456789abcdef"[b >> 4] +
-                             "0123456789abcdef"[b & 15] + " at byte offset " +
+      std::string hex;
+      AppendHexByte(hex, b);
+      return Status::Invalid(at + "raw control byte 0x" + hex + " at byte offset " +
                              std::to_string(line_offset + i) +
                              " (column " + std::to_string(i + 1) +
                              "); control characters must be escaped" + kFix);

@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "common/hex.h"
 #include "k3run/text/bpe.h"
 #include "k3run/text/pattern.h"
 #include "k3run/text/pretokenizer.h"
@@ -117,8 +118,9 @@ Result<Tokenizer> Tokenizer::FromParts(tiktoken::Vocab vocab, tiktoken::Tokenize
     if (b == 0xC0 || b == 0xC1 || b >= 0xF5) continue;
     const char c = static_cast<char>(b);
     if (impl->ranks.Find(std::string_view(&c, 1)) == RankMap::kNone) {
-      static constexpr char kHex[] = "0123456789ABCDEF";
-      return Status::Invalid(source + ": the single byte 0x" + kHex[b >> 4] + kHex[b & 15] +
+      std::string hex;
+      AppendHexByte(hex, static_cast<uint8_t>(b), HexCase::kUpper);
+      return Status::Invalid(source + ": the single byte 0x" + hex +
                              " (base64 " + tiktoken::Base64Encode(std::string(1, c)) +
                              ") is not a rank; byte-level BPE needs every byte that can occur "
                              "in UTF-8 text as its own token");

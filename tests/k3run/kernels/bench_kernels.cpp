@@ -4,6 +4,7 @@
 //
 //   k3_bench_kernels [--threads=N (2)] [--isa=scalar,avx2,avx512 (all supported)]
 //                    [--yardstick-passes=N (5)] [any --benchmark_* flag]
+// With --benchmark_repetitions=N the summary takes each kernel's best repetition.
 //
 // Yardsticks, measured before the kernels and again after them (best of N passes each; the
 // denominator is the best of both, so a share is never flattered by a slow moment):
@@ -294,7 +295,7 @@ std::string RouterName(int64_t rows, int64_t cols, int threads, Isa isa) {
          std::to_string(threads) + "/" + IsaName(isa);
 }
 
-// Remembers each run's time per call (the unit each benchmark registered) for the summary.
+// Remembers each benchmark's time per call (the unit it registered) for the summary.
 class Recorder : public benchmark::ConsoleReporter {
  public:
   Recorder() : ConsoleReporter(OO_Tabular) {}  // no colour codes: the output goes into docs
@@ -308,7 +309,10 @@ class Recorder : public benchmark::ConsoleReporter {
         if (name.size() > suffix.size() && name.ends_with(suffix)) {
           name.resize(name.size() - suffix.size());
         }
-        time[name] = run.GetAdjustedRealTime();
+        // With --benchmark_repetitions the best repetition, as the yardsticks keep their best.
+        const double t = run.GetAdjustedRealTime();
+        const auto [it, fresh] = time.emplace(name, t);
+        if (!fresh && t < it->second) it->second = t;
       }
     }
     ConsoleReporter::ReportRuns(runs);

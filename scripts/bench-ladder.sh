@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Streaming benchmark (issue "k3run streaming", DESIGN.md §9): a ladder of memory budgets on one
+# Streaming benchmark (DESIGN.md §9): a ladder of memory budgets on one
 # prepared directory, from the plan's minimum to everything resident. Per rung: decode s/token
 # (median of RUNS runs), bytes read per token by kind, expert hit rate, I/O share, peak RSS
 # against the plan, time ÷ floor (the floor measured in the same run by k3run's probes), time ÷

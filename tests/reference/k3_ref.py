@@ -15,7 +15,7 @@ carried KDA state), argmax with the lowest id on ties.
 Usage:
   k3_ref.py CKPT_DIR --prompt 1,2,3 [--prompt ...] [--gen 24]        print greedy results
   k3_ref.py CKPT_DIR ... --fixture OUT.json --preset tiny --seed 1 --synth-command '...'
-  k3_ref.py CKPT_DIR --prompt ... --stats [--stats-steps 32]        facts for the synth issue
+  k3_ref.py CKPT_DIR --prompt ... --stats [--stats-steps 32]        facts about the synthetic model
   k3_ref.py CKPT_DIR ... --fp32-check                               float32-vs-float64 drift
 """
 
@@ -208,7 +208,7 @@ def tolerance(drift):
                 fp32_vs_fp64=drift, gap_threshold=1e-3)
 
 
-# ---- stats for the synth issue ----------------------------------------------------------------
+# ---- stats about the synthetic model ----------------------------------------------------------
 
 def stats(model, prompt, steps):
     ref_ops.STATS = st = ref_ops.Stats()

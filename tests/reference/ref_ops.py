@@ -12,7 +12,7 @@ import torch
 
 
 class Stats:
-    """Facts the synth issue asks about; collected on the side, never affect the math."""
+    """Facts about the synthetic model (docs/SYNTH.md); collected on the side, never affect the math."""
 
     def __init__(self):
         self.situ = {}           # kind -> dict(max_abs_gate, max_abs_up, n, n_gate_capped, ...)

@@ -15,15 +15,23 @@ function(k3_executable name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
 endfunction()
 
-# k3_test(NAME SOURCES ... DEPS ...): one GoogleTest binary, each test registered with CTest.
+# k3_test(NAME SOURCES ... DEPS ... [FIXTURES F]): one GoogleTest binary, each test registered
+# with CTest. FIXTURES F (tiny, small, tiny-ref, small-ref or all; tests/support/synth_fixture.h):
+# every test of the binary waits for that shared synthetic fixture, built once per CTest run.
 function(k3_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "FIXTURES" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${K3_WARNINGS})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE
     K3_SOURCE_DIR="${PROJECT_SOURCE_DIR}" K3_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
+  if(ARG_FIXTURES)
+    target_link_libraries(${name} PRIVATE k3_test_fixtures)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                         PROPERTIES LABELS unit FIXTURES_REQUIRED k3_fixture_${ARG_FIXTURES})
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS unit)
+  endif()
 endfunction()
 
 # k3_fuzz_target(NAME SOURCE ... DEPS ...): a libFuzzer entry point (LLVMFuzzerTestOneInput).

@@ -14,24 +14,29 @@ namespace k3::run {
 class IoClock {
  public:
   using clock = std::chrono::steady_clock;
+  using NowFn = clock::time_point (*)();
+
+  // `now` reads the time (tests pass a fake clock they advance themselves).
+  explicit IoClock(NowFn now = &clock::now) : now_(now) {}
 
   void Begin() {
     std::lock_guard<std::mutex> lk(mu_);
-    if (active_++ == 0) since_ = clock::now();
+    if (active_++ == 0) since_ = now_();
   }
   void End() {
     std::lock_guard<std::mutex> lk(mu_);
-    if (--active_ == 0) busy_ += clock::now() - since_;
+    if (--active_ == 0) busy_ += now_() - since_;
   }
   // Busy time so far, counting a read still in flight up to now.
   double BusySeconds() const {
     std::lock_guard<std::mutex> lk(mu_);
     clock::duration b = busy_;
-    if (active_ > 0) b += clock::now() - since_;
+    if (active_ > 0) b += now_() - since_;
     return std::chrono::duration<double>(b).count();
   }
 
  private:
+  NowFn now_;
   mutable std::mutex mu_;
   int active_ = 0;
   clock::time_point since_{};

@@ -76,7 +76,15 @@ void TrunkRing::ReaderLoop(BatchReader* reader) {
   const uint64_t reach = slots_.size();
   while (true) {
     // Invariant (1): only free slots are filled, and never more than `reach` items ahead.
-    cv_.wait(lk, [&] { return stop_ || (next_ < expected_ + reach && FreeSlot() != nullptr); });
+    const auto may_load = [&] {
+      return stop_ || (next_ < expected_ + reach && FreeSlot() != nullptr);
+    };
+    if (!may_load()) {
+      ++parked_;
+      cv_.notify_all();  // WaitReadersParked
+      cv_.wait(lk, may_load);
+      --parked_;
+    }
     if (stop_) return;
     Slot* s = FreeSlot();
     s->seq = next_++;
@@ -164,6 +172,11 @@ void TrunkRing::Release(size_t pos) {
     if (s.state == State::kInUse && s.seq % walk_.size() == pos) s.state = State::kConsumed;
   }
   cv_.notify_all();
+}
+
+bool TrunkRing::WaitReadersParked(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return parked_ == threads_.size(); });
 }
 
 uint64_t TrunkRing::loads() const {

@@ -23,6 +23,7 @@
 // Thread safety: Acquire/Release from one engine thread; the reader thread is internal.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,10 @@ class TrunkRing {
 
   size_t walk_size() const { return walk_.size(); }
   int slots() const { return static_cast<int>(slots_.size()); }
+  // Blocks until every reader is parked: it may load nothing more (no free slot, or `slots`
+  // items ahead of the engine) until the engine acquires or releases. False after `timeout`.
+  // For tests: what a reader does without the engine acting is then all done, no sleeping.
+  bool WaitReadersParked(std::chrono::milliseconds timeout);
   uint64_t loads() const;     // items read (including read-ahead not yet consumed)
   uint64_t resyncs() const;   // out-of-walk acquires
 
@@ -98,6 +103,7 @@ class TrunkRing {
   uint64_t next_ = 0;      // next sequence number the reader loads
   uint64_t expected_ = 0;  // next sequence number the engine acquires
   uint64_t loads_ = 0, resyncs_ = 0;
+  size_t parked_ = 0;  // readers waiting in ReaderLoop for a slot or for the engine
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

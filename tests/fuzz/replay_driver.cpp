@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
+
+#include "tests/support/files.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
@@ -72,8 +72,8 @@ int main(int argc, char** argv) {
   }
   uint64_t seed_rng = 0x6B33u;
   for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    std::vector<uint8_t> seed((std::istreambuf_iterator<char>(in)), {});
+    const std::string bytes = k3::test::ReadWholeFile(f.string());
+    std::vector<uint8_t> seed(bytes.begin(), bytes.end());
     Run(seed);
     Mutate(seed, SplitMix64(seed_rng), rounds);
   }

@@ -4,6 +4,7 @@
 // into caller memory).
 #include "k3run/stream/async_batch.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -61,10 +62,10 @@ TEST_P(AsyncBatchTest, TakeReturnsEveryRequestWithItsOwnStatus) {
                                    Req(&a, 40000, 10000, &d2)};
   const uint64_t first = batch.Submit(std::move(reqs));
   EXPECT_TRUE(batch.pending());
-  double waited = 0;
+  double waited = 1000.0;
   const std::vector<Status> done = TakeAll(&batch, first, 3, &waited);
   EXPECT_FALSE(batch.pending());
-  EXPECT_GE(waited, 0.0);
+  EXPECT_GE(waited, 1000.0) << "Take adds its wait to *waited; it must not reset it";
   for (const Status& st : done) EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(d0, a.data().substr(100, 4096));
   EXPECT_EQ(d1, b.data().substr(7, 1234));
@@ -145,12 +146,14 @@ TEST_P(AsyncBatchTest, BatchesQueueBehindOneStillReading) {
   MemFile a("/mem/a.bin", Pattern(40000, 11));
   std::mutex mu;
   std::condition_variable cv;
-  bool open = false;
+  bool entered = false, open = false;
   std::vector<uint64_t> order;  // offsets in the order their reads started
   a.on_read = [&](uint64_t offset, size_t) {
     std::unique_lock<std::mutex> lk(mu);
     order.push_back(offset);
     if (offset == 0) {  // the first batch's first request waits for the gate (10 s at most)
+      entered = true;
+      cv.notify_all();
       if (!cv.wait_for(lk, std::chrono::seconds(10), [&] { return open; })) {
         return Status::Io("gate never opened");
       }
@@ -162,7 +165,13 @@ TEST_P(AsyncBatchTest, BatchesQueueBehindOneStillReading) {
   EXPECT_EQ(batch.Submit({Req(&a, 0, 1000, &d0), Req(&a, 5000, 1000, &d1)}), 0u);
   EXPECT_EQ(batch.Submit({Req(&a, 20000, 1000, &d2), Req(&a, 30000, 1000, &d3)}), 2u);
   EXPECT_TRUE(batch.pending());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    // Both batches are queued and the first one's first read is held at the gate: whatever
+    // the second batch could do before the first finishes, it has had every chance to start.
+    std::unique_lock<std::mutex> lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(10), [&] { return entered; }))
+        << "the first batch's read never started";
+  }
   EXPECT_FALSE(batch.Arrived(2)) << "the second batch ran ahead of the first";
   EXPECT_FALSE(batch.Arrived(3));
   {
@@ -177,16 +186,22 @@ TEST_P(AsyncBatchTest, BatchesQueueBehindOneStillReading) {
   EXPECT_TRUE(batch.Take(0, nullptr).ok());
   EXPECT_EQ(d0, a.data().substr(0, 1000));
   EXPECT_TRUE(batch.pending()) << "tickets 1 and 2 are not taken yet";
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    ASSERT_EQ(order.size(), 4u);
-    EXPECT_EQ(order[2], 20000u) << "the second batch started before the first finished";
-  }
   const std::vector<Status> rest = TakeAll(&batch, 1, 2);
   EXPECT_TRUE(rest[0].ok() && rest[1].ok());
   EXPECT_EQ(d1, a.data().substr(5000, 1000));
   EXPECT_EQ(d2, a.data().substr(20000, 1000));
   EXPECT_FALSE(batch.pending());
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ASSERT_EQ(order.size(), 4u) << "every request is taken: every read has started";
+    // Within a batch the pread pool reads requests concurrently (in either order); the second
+    // batch's reads all start after the first batch's.
+    const std::vector<uint64_t> first(order.begin(), order.begin() + 2);
+    const std::vector<uint64_t> second(order.begin() + 2, order.end());
+    EXPECT_THAT(first, ::testing::UnorderedElementsAre(0u, 5000u))
+        << "the second batch started before the first finished";
+    EXPECT_THAT(second, ::testing::UnorderedElementsAre(20000u, 30000u));
+  }
   EXPECT_EQ(batch.Submit({Req(&a, 100, 10, &d0)}), 4u) << "tickets count on";
   EXPECT_TRUE(batch.Take(4, nullptr).ok());
 }
@@ -219,18 +234,32 @@ TEST_P(AsyncBatchTest, TakingEveryRequestDrainsAQueueThatNeverEmpties) {
   }
 }
 
-// The I/O clock is busy while a batch reads (the report's I/O share comes from it).
+// A fake steady clock for IoClock: it moves only when a test advances it.
+std::atomic<int64_t> fake_now_us{0};
+IoClock::clock::time_point FakeNow() {
+  return IoClock::clock::time_point(std::chrono::microseconds(fake_now_us.load()));
+}
+
+// The I/O clock is busy while a batch reads (the report's I/O share comes from it): exactly the
+// time that passes inside the read, none of the time before or after it.
 TEST_P(AsyncBatchTest, ClockCountsTheBatch) {
+  fake_now_us = 1000000;
   MemFile a("/mem/a.bin", Pattern(4096, 6));
   a.on_read = [](uint64_t, size_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    fake_now_us += 5000;  // the read takes 5 ms of fake time
     return Status::Ok();
   };
-  IoClock clock;
-  AsyncBatch batch(&clock, GetParam());
+  IoClock clock(&FakeNow);
   std::string d;
-  (void)batch.Take(batch.Submit({Req(&a, 0, 4096, &d)}), nullptr);
-  EXPECT_GT(clock.BusySeconds(), 0.0);
+  {
+    AsyncBatch batch(&clock, GetParam());
+    fake_now_us += 7000;  // before the batch: not I/O
+    EXPECT_EQ(clock.BusySeconds(), 0.0);
+    EXPECT_TRUE(batch.Take(batch.Submit({Req(&a, 0, 4096, &d)}), nullptr).ok());
+  }  // the destructor waits until the batch thread is done with the batch (clock stopped)
+  fake_now_us += 3000;  // after it: not I/O either
+  EXPECT_DOUBLE_EQ(clock.BusySeconds(), 0.005);
+  EXPECT_EQ(d, a.data());
 }
 
 // Take/Arrived hand the engine each request as soon as it is done, while a later request of the

@@ -19,6 +19,7 @@
 
 #include "k3run/stream/expert_cache.h"
 #include "tests/support/fault_env.h"
+#include "tests/support/files.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::run {
@@ -40,12 +41,7 @@ CacheTraceHeader SmallHeader(int slots, CachePolicy policy) {
   return h;
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string Slurp(const std::string& path) { return test::ReadWholeFile(path); }
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;

@@ -13,6 +13,7 @@
 #include "k3run/text/tokenizer.h"
 #include "k3run/text/utf8.h"
 #include "tests/k3run/engine_fixture.h"
+#include "tests/support/files.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::run::testing {
@@ -22,10 +23,7 @@ bool Has(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string Slurp(const std::string& path) { return test::ReadWholeFile(path); }
 
 nlohmann::json Report(const std::string& path) { return nlohmann::json::parse(Slurp(path)); }
 

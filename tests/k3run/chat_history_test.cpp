@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "tests/support/fault_env.h"
+#include "tests/support/files.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::run {
@@ -172,9 +173,7 @@ TEST(ChatHistory, FailedSaveLeavesTheOldTranscript) {
     env.SetRule(tmp.path(), rule);
     const Status s = SaveHistory(&env, path, {{"user", "new", ""}, {"assistant", "x", ""}});
     EXPECT_FALSE(s.ok());
-    std::ifstream in(path, std::ios::binary);
-    const std::string now((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(now, before);
+    EXPECT_EQ(test::ReadWholeFile(path), before);
     EXPECT_FALSE(std::filesystem::exists(TempPathFor(path)));
   }
 }

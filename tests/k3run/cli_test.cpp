@@ -14,6 +14,7 @@
 #include "formats/tiktoken.h"
 #include "k3run/kernels/matmul.h"
 #include "tests/k3run/engine_fixture.h"
+#include "tests/support/files.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::run::testing {
@@ -21,10 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string Slurp(const std::string& path) { return test::ReadWholeFile(path); }
 
 bool Has(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
@@ -178,7 +176,7 @@ TEST(K3runCli, AlteredManifestIsUntrustedExit2) {
   const std::string dir = CopyPrepared(tmp);
   std::string text = Slurp(dir + "/k3.json");
   text[text.size() / 2] = text[text.size() / 2] == ' ' ? '\t' : ' ';
-  std::ofstream(dir + "/k3.json", std::ios::binary | std::ios::trunc) << text;
+  ASSERT_TRUE(test::WriteWholeFile(dir + "/k3.json", text));
   const CliRun r = RunCliArgs({dir, "--ids", "1", "--gen", "1"});
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
   EXPECT_TRUE(Has(r.stderr_text, "untrusted manifest")) << r.stderr_text;
@@ -252,7 +250,7 @@ TEST(K3runCli, ExpertsIndexPermutedWithinALayerIsUntrustedExit2) {
   const std::string permuted = prepared::EncodeExpertsIndex(idx);
   ASSERT_EQ(permuted.size(), original.size());
   ASSERT_NE(permuted, original);
-  std::ofstream(dir + "/experts.idx", std::ios::binary | std::ios::trunc) << permuted;
+  ASSERT_TRUE(test::WriteWholeFile(dir + "/experts.idx", permuted));
 
   const CliRun r = RunCliArgs({dir, "--ids", kPromptText, "--gen", "2"});
   EXPECT_EQ(r.exit_code, 2) << r.stderr_text;
@@ -277,10 +275,14 @@ TEST(K3runCli, JsonReportCarriesTheRequiredFields) {
   EXPECT_EQ(j["steps"].size(), 6u);
   EXPECT_EQ(j["steps"][0]["tokens_in"], 8);
   EXPECT_EQ(j["steps"][1]["tokens_in"], 1);
+  double step_seconds = 0;
   for (size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(j["steps"][i]["token"], gen[i]);
-    EXPECT_GE(j["steps"][i]["seconds"].get<double>(), 0.0);
+    ASSERT_TRUE(j["steps"][i]["seconds"].is_number()) << j["steps"][i].dump();
+    step_seconds += j["steps"][i]["seconds"].get<double>();
   }
+  // The run's time is its steps' times added up (same order, so the same double).
+  EXPECT_EQ(j["totals"]["seconds"].get<double>(), step_seconds);
   // The first step reads the whole trunk; later steps read nothing new from it (RamWeights).
   EXPECT_GT(j["steps"][0]["bytes_read"]["trunk"].get<uint64_t>(), 0u);
   EXPECT_GT(j["steps"][0]["bytes_read"]["lm_head"].get<uint64_t>(), 0u);

@@ -2,49 +2,23 @@
 
 #include <gtest/gtest.h>
 
-#include "k3prep/pack/pack.h"
-#include "k3prep/synth/checkpoint.h"
 #include "k3run/engine/generate.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/synth_fixture.h"
 
 namespace k3::run::testing {
+
 namespace {
-
-// A synth preset and its prepared directory (copy mode), made once per process.
-struct PresetDirs {
-  test::TempDir root;
-  std::string checkpoint, prepared;
-  explicit PresetDirs(const char* preset) {
-    checkpoint = root.Join("ck");
-    prepared = root.Join("prep");
-    synth::SynthOptions s;
-    s.preset = preset;
-    s.out = checkpoint;
-    Result<synth::SynthResult> sr = synth::RunSynth(Env::Default(), s);
-    if (!sr.ok()) ADD_FAILURE() << "synth: " << sr.status().ToString();
-    prep::PackOptions p;
-    p.model_dir = checkpoint;
-    p.out = prepared;
-    p.experts = prepared::ExpertsMode::kCopy;
-    p.jobs = 1;
-    Result<prep::PackResult> pr = prep::RunPack(Env::Default(), p);
-    if (!pr.ok()) ADD_FAILURE() << "pack: " << pr.status().ToString();
-  }
-};
-
-PresetDirs& Dirs() {
-  static PresetDirs dirs("tiny");
-  return dirs;
+test::FixtureSpec SeedZeroCopy(const char* preset) {
+  return {preset, 0, prepared::ExpertsMode::kCopy};
 }
-
 }  // namespace
 
-const std::string& TinyCheckpointDir() { return Dirs().checkpoint; }
-const std::string& TinyPreparedDir() { return Dirs().prepared; }
-const std::string& SmallPreparedDir() {
-  static PresetDirs dirs("small");
-  return dirs.prepared;
+// Built once per CTest run (tests/support/synth_fixture.h), shared read-only by every process.
+const std::string& TinyCheckpointDir() {
+  return test::SynthFixture(SeedZeroCopy("tiny")).checkpoint;
 }
+const std::string& TinyPreparedDir() { return test::SynthFixture(SeedZeroCopy("tiny")).prepared; }
+const std::string& SmallPreparedDir() { return test::SynthFixture(SeedZeroCopy("small")).prepared; }
 
 std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsOptions options) {
   auto e = std::make_unique<Engine>();

@@ -1,5 +1,5 @@
-// Test fixtures for the engine: a prepared directory of the `k3prep synth --preset tiny`
-// checkpoint (synth + pack through k3prep's library; k3run itself never links k3prep), and
+// Test fixtures for the engine: prepared directories of the `k3prep synth --preset tiny|small`
+// checkpoints (synth + pack through k3prep's library; k3run itself never links k3prep), and
 // helpers to run the model and the CLI.
 #pragma once
 
@@ -15,11 +15,13 @@
 
 namespace k3::run::testing {
 
-// The tiny checkpoint (made once per process) and its prepared directory (copy mode).
+// The tiny checkpoint (seed 0) and its prepared directory (copy mode), built once per CTest run
+// (tests/support/synth_fixture.h) and shared by every test process: never modify them (copy
+// first).
 const std::string& TinyCheckpointDir();
 const std::string& TinyPreparedDir();
-// The small preset (93 layers, 64 experts top-8, vocab 4352) packed in copy mode, made once per
-// process.
+// The small preset (93 layers, 64 experts top-8, vocab 4352, seed 0) packed in copy mode, shared
+// the same way.
 const std::string& SmallPreparedDir();
 
 // An opened prepared directory plus its RamWeights.

@@ -2,13 +2,12 @@
 // reference (tests/reference/k3_ref.py, float64), on the checkpoints the fixtures came from.
 //
 // Each fixture records the synth command and the XXH3-128 of every checkpoint file. The gate first
-// regenerates that preset and compares hashes, so a change in synth cannot be mistaken for an
-// engine bug (or hide one). Then: (1) the prompt's final logits within the fixture's stated bound,
-// (2) greedy continuation identical up to and including the first step whose reference top-2 gap
-// is ≤ the gap threshold (nothing compared after it), and the teacher-forced argmax identical at
-// every position whose reference gap exceeds it.
+// compares those with the preset as synthesised in this run (the shared test fixture), so a
+// change in synth cannot be mistaken for an engine bug (or hide one). Then: (1) the prompt's final
+// logits within the fixture's stated bound, (2) greedy continuation identical up to and including
+// the first step whose reference top-2 gap is ≤ the gap threshold (nothing compared after it),
+// and the teacher-forced argmax identical at every position whose reference gap exceeds it.
 #include <cmath>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -16,20 +15,19 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
-#include "k3prep/pack/pack.h"
-#include "k3prep/synth/checkpoint.h"
 #include "k3run/engine/model.h"
 #include "tests/k3run/engine_fixture.h"
-#include "tests/support/temp_dir.h"
+#include "tests/support/files.h"
+#include "tests/support/synth_fixture.h"
 
 namespace k3::run::testing {
 namespace {
 
 nlohmann::json LoadFixture(const std::string& preset) {
   const std::string path = std::string(K3_SOURCE_DIR) + "/tests/data/reference/" + preset + ".json";
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "missing " << path;
-  return nlohmann::json::parse(in);
+  std::string text;
+  EXPECT_TRUE(test::ReadWholeFile(path, &text)) << "missing " << path;
+  return nlohmann::json::parse(text);
 }
 
 int32_t ArgMax(const float* v, int64_t n) {
@@ -44,15 +42,13 @@ class ReferenceGate : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     fixture_ = LoadFixture(GetParam());
-    checkpoint_ = root_.Join("ck");
-    prepared_ = root_.Join("prep");
-    synth::SynthOptions s;
-    s.preset = fixture_["preset"].get<std::string>();
-    s.seed = fixture_["seed"].get<uint64_t>();
-    s.out = checkpoint_;
-    s.progress = ProgressMode::kNone;
-    auto sr = synth::RunSynth(Env::Default(), s);
-    ASSERT_TRUE(sr.ok()) << sr.status().ToString();
+    // The preset at the fixture's seed, synthesised and packed (link mode) once per CTest run.
+    const test::FixtureDirs& dirs = test::SynthFixture(
+        {fixture_["preset"].get<std::string>(), fixture_["seed"].get<uint64_t>(),
+         prepared::ExpertsMode::kLink});
+    ASSERT_FALSE(dirs.prepared.empty());
+    checkpoint_ = dirs.checkpoint;
+    prepared_ = dirs.prepared;
 
     // The checkpoint must be the one the reference saw.
     for (const auto& [name, want] : fixture_["files"].items()) {
@@ -62,13 +58,6 @@ class ReferenceGate : public ::testing::TestWithParam<std::string> {
           << name << ": synth output changed: rerun tests/reference/regen.sh (needs python3-torch)";
     }
 
-    prep::PackOptions p;
-    p.model_dir = checkpoint_;
-    p.out = prepared_;
-    p.experts = prepared::ExpertsMode::kLink;
-    p.progress = ProgressMode::kNone;
-    auto pr = prep::RunPack(Env::Default(), p);
-    ASSERT_TRUE(pr.ok()) << pr.status().ToString();
     engine_ = OpenEngine(prepared_);
     ASSERT_NE(engine_, nullptr);
     atol_ = fixture_["tolerance"]["atol"].get<double>();
@@ -76,7 +65,6 @@ class ReferenceGate : public ::testing::TestWithParam<std::string> {
     gap_threshold_ = fixture_["tolerance"]["gap_threshold"].get<double>();
   }
 
-  test::TempDir root_;
   nlohmann::json fixture_;
   std::string checkpoint_, prepared_;
   std::unique_ptr<Engine> engine_;

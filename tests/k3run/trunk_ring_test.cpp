@@ -2,7 +2,8 @@
 // bytes over several passes, the read-ahead bound (invariant 1), resynchronisation on an
 // out-of-walk acquire (invariant 3), failed / short / truncated reads, and shutdown with a read
 // in flight. No timing assertions: the read-ahead bound is observed inside the reader's own PRead
-// calls, and the only sleeps are a few milliseconds that give the reader a chance to misbehave.
+// calls; where a test needs the readers to have done all they can, it waits until they are parked
+// (TrunkRing::WaitReadersParked), and reads it holds in flight are released by gates.
 #include "k3run/stream/trunk_ring.h"
 
 #include <gtest/gtest.h>
@@ -156,8 +157,10 @@ TEST_P(TrunkRingWalk, ItemsInWalkOrderWithRightBytesAndBoundedReadAhead) {
     for (size_t pos = 0; pos < W; ++pos) {
       ++acquires_started;
       ExpectItem(ring.get(), pos, f.data(), l);
-      // A millisecond of "compute" now and then lets the readers run ahead to their limit.
-      if (pos % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // Now and then the engine lets the readers run ahead to their limit before going on.
+      if (pos % 2 == 0) {
+        ASSERT_TRUE(ring->WaitReadersParked(std::chrono::seconds(10))) << "a reader never parked";
+      }
     }
   }
   EXPECT_EQ(ring->resyncs(), 0u);
@@ -193,7 +196,8 @@ TEST(TrunkRingWalk, HeldItemsAreNeverOverwritten) {
   Result<TrunkRing::Acquired> a1 = ring->Acquire(1, nullptr);
   ASSERT_TRUE(a1.ok()) << a1.status().ToString();
   EXPECT_NE(a0->slot, a1->slot);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the reader's chance to misbehave
+  // The reader has done all it will do while both slots are held.
+  ASSERT_TRUE(ring->WaitReadersParked(std::chrono::seconds(10))) << "the reader never parked";
   EXPECT_EQ(ring->loads(), 2u) << "the reader loaded into a slot the engine holds";
   EXPECT_EQ(0, std::memcmp(a0->data, f.data().data() + l.offsets[0], l.lengths[0]));
   EXPECT_EQ(0, std::memcmp(a1->data, f.data().data() + l.offsets[1], l.lengths[1]));

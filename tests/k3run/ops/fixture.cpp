@@ -1,10 +1,11 @@
 #include "fixture.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+
+#include "tests/support/files.h"
 
 namespace k3::ops::testing {
 
@@ -12,11 +13,13 @@ std::string Fixture::Dir() { return std::string(K3_SOURCE_DIR) + "/tests/data/co
 
 Fixture Fixture::Load(const std::string& name) {
   const std::string path = Dir() + "/" + name + ".json";
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open fixture " + path);
+  std::string text;
+  if (!::k3::test::ReadWholeFile(path, &text)) {
+    throw std::runtime_error("cannot open fixture " + path);
+  }
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw std::runtime_error("fixture " + path + " is not valid JSON: " + e.what());
   }
@@ -84,11 +87,9 @@ Vec Fixture::V(const std::string& field) const {
 namespace {
 nlohmann::json Manifest() {
   const std::string path = Fixture::Dir() + "/MANIFEST.json";
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  nlohmann::json j;
-  in >> j;
-  return j;
+  std::string text;
+  if (!::k3::test::ReadWholeFile(path, &text)) throw std::runtime_error("cannot open " + path);
+  return nlohmann::json::parse(text);
 }
 }  // namespace
 

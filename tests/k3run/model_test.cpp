@@ -1,4 +1,4 @@
-// The engine's self-consistency gates on the synth tiny model (DESIGN.md §7, issue gates 3–5):
+// The engine's self-consistency gates on the synth tiny model (DESIGN.md §7, gates 3–5):
 // bits never depend on incremental vs recompute, prefill vs one token at a time, ISA path or
 // thread count. Expectations come from a second run of the engine along a different path, never
 // from constants the code produced.

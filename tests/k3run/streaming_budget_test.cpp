@@ -1,4 +1,4 @@
-// The small-preset budget ladder (issue #7 "Tests"): StreamingWeights at the minimum, a middle
+// The small-preset budget ladder: StreamingWeights at the minimum, a middle
 // budget, lm_head held with layers streamed, the trunk held with experts streamed, and everything
 // held, each × 1/2 threads × LRU / S3-FIFO and with the CLI's default guesses read ahead, against everything-resident RamWeights: every step's logits bit-identical (memcmp)
 // and the same ids. Plus prefill vs one token at a time and --recompute at the minimum, and the

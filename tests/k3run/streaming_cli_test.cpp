@@ -1,4 +1,4 @@
-// k3run's streaming flags and report (issue #7): memory flags apply in command-line order (later
+// k3run's streaming flags and report: memory flags apply in command-line order (later
 // flags win), the JSON report's streaming fields exist and agree with each other and with the
 // printed plan, peak RSS stays within the memory plan plus a stated overhead at the minimum
 // budget (a separate k3run process: getrusage's peak is per process), and --dump-cache-trace.

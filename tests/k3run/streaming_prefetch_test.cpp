@@ -1,4 +1,4 @@
-// Reading ahead (StreamingWeights::Prefetch, issue #7 "Overlap"): guesses of the next layer's
+// Reading ahead (StreamingWeights::Prefetch, DESIGN.md §7 "Overlap"): guesses of the next layer's
 // experts are read behind the current batch; its routing claims the ones it picks (counted as
 // guesses used, not as true hits, their bytes as expert bytes) and settles the rest as unused
 // (their bytes apart, never in the floor). A guess whose read fails is only dropped, and read

@@ -33,12 +33,12 @@ std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsO
   return e;
 }
 
-std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
-                                    bool recompute, std::vector<float>* logits, int layers) {
-  const ModelConfig& c = e->prepared.manifest.config;
+std::vector<int32_t> GenerateThrough(WeightSource* w, const ModelConfig& c, int layers,
+                                     const std::vector<int32_t>& prompt, int64_t gen,
+                                     bool recompute, std::vector<float>* logits,
+                                     int64_t* experts_skipped) {
   const int64_t positions = PositionsNeeded(static_cast<int64_t>(prompt.size()), gen);
-  std::unique_ptr<run::Engine> engine =
-      run::Engine::WithSource(c, e->weights.get(), layers, positions);
+  std::unique_ptr<run::Engine> engine = run::Engine::WithSource(c, w, layers, positions);
   std::unique_ptr<Sequence> seq = engine->NewSequence();
   GenerateOptions o;
   o.prompt = prompt;
@@ -50,7 +50,14 @@ std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& promp
         return Status::Ok();
       });
   EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (experts_skipped != nullptr) *experts_skipped = engine->experts_skipped();
   return r.ok() ? r->generated : std::vector<int32_t>{};
+}
+
+std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
+                                    bool recompute, std::vector<float>* logits, int layers) {
+  return GenerateThrough(e->weights.get(), e->prepared.manifest.config, layers, prompt, gen,
+                         recompute, logits);
 }
 
 std::string CliRun::stdout_text() const {

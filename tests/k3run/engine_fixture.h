@@ -32,6 +32,13 @@ struct Engine {
 std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env = Env::Default(),
                                    RamWeightsOptions options = {});
 
+// Greedy generation through any weight source (an engine over it; layers 0: all), every step's
+// logits appended to *logits ([steps][vocab]); *experts_skipped, when given, gets the engine's
+// count of skipped (token, expert) pairs.
+std::vector<int32_t> GenerateThrough(WeightSource* w, const ModelConfig& c, int layers,
+                                     const std::vector<int32_t>& prompt, int64_t gen,
+                                     bool recompute, std::vector<float>* logits,
+                                     int64_t* experts_skipped = nullptr);
 // Generates with every step's logits appended to *logits ([steps][vocab]).
 std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
                                     bool recompute, std::vector<float>* logits, int layers = 0);

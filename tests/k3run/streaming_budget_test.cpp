@@ -50,24 +50,11 @@ struct Output {
   size_t failures = 0;
 };
 
-Output Run(Model* model, WeightSource* w, int64_t vocab, bool recompute, int64_t gen = kGen) {
+Output Run(Model* model, WeightSource* w, int64_t /*vocab*/, bool recompute,
+           int64_t gen = kGen) {
   Output out;
-  GenerateOptions o;
-  o.prompt = kSmallPrompt;
-  o.gen = gen;
-  o.recompute = recompute;
-  std::unique_ptr<Engine> engine = Engine::WithSource(
-      model->config(), w, model->layers(),
-      PositionsNeeded(static_cast<int64_t>(o.prompt.size()), o.gen));
-  std::unique_ptr<Sequence> seq = engine->NewSequence();
-  Result<GenerateResult> r =
-      Generate(engine.get(), seq.get(), o, [&](const StepRecord&, const float* l) {
-    out.logits.insert(out.logits.end(), l, l + vocab);
-    return Status::Ok();
-  });
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  if (r.ok()) out.ids = r->generated;
-  out.experts_skipped = engine->experts_skipped();
+  out.ids = testing::GenerateThrough(w, model->config(), model->layers(), kSmallPrompt, gen,
+                                     recompute, &out.logits, &out.experts_skipped);
   out.failures = w->Failures().size();
   return out;
 }

@@ -40,22 +40,10 @@ struct Output {
 };
 
 // Greedy generation through any source; every step's logits appended.
-Output RunGen(Model* model, WeightSource* w, int64_t vocab, int64_t gen) {
+Output RunGen(Model* model, WeightSource* w, int64_t /*vocab*/, int64_t gen) {
   Output out;
-  GenerateOptions o;
-  o.prompt = kPrompt;
-  o.gen = gen;
-  std::unique_ptr<Engine> engine = Engine::WithSource(
-      model->config(), w, model->layers(),
-      PositionsNeeded(static_cast<int64_t>(o.prompt.size()), o.gen));
-  std::unique_ptr<Sequence> seq = engine->NewSequence();
-  Result<GenerateResult> r =
-      Generate(engine.get(), seq.get(), o, [&](const StepRecord&, const float* l) {
-    out.logits.insert(out.logits.end(), l, l + vocab);
-    return Status::Ok();
-  });
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  if (r.ok()) out.ids = r->generated;
+  out.ids = testing::GenerateThrough(w, model->config(), model->layers(), kPrompt, gen,
+                                     /*recompute=*/false, &out.logits);
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "k3prep/pack/command.h"
 #include "k3prep/synth/checkpoint.h"
 #include "tests/support/fault_env.h"
+#include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::prep {
@@ -144,21 +145,15 @@ std::map<std::string, std::string> HashTree(const std::string& dir) {
   return out;
 }
 
+// The tiny checkpoint is the run's shared fixture (built once per CTest run, read-only: tests
+// that alter a checkpoint copy it first; fixtures.check fails if any byte of it changed).
 class PackTiny : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    Synth(dir_->Join("tiny"));
+  static std::string Model() {
+    return test::SynthFixture({"tiny", 0, prepared::ExpertsMode::kCopy}).checkpoint;
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string Model() { return dir_->Join("tiny"); }
-  static TempDir* dir_;
   TempDir tmp_;
 };
-TempDir* PackTiny::dir_ = nullptr;
 
 TEST_F(PackTiny, LinkModeOpensAndEveryByteMatchesTheSource) {
   const std::string out = tmp_.Join("prep");

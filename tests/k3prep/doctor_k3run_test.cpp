@@ -11,6 +11,7 @@
 #include "k3prep/synth/checkpoint.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/stream/streaming_plan.h"
+#include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::prep {
@@ -40,16 +41,9 @@ TEST(DoctorMirrorsK3run, KernelPathForEveryFeatureCombination) {
 }
 
 TEST(DoctorMirrorsK3run, MinimumBudgetIsPlanStreamingsRefusalThreshold) {
-  test::TempDir tmp;
-  synth::SynthOptions s;
-  s.preset = "tiny";
-  s.out = tmp.Join("model");
-  ASSERT_TRUE(synth::RunSynth(Env::Default(), s).ok());
-  PackOptions p;
-  p.model_dir = s.out;
-  p.out = tmp.Join("prep");
-  ASSERT_TRUE(RunPack(Env::Default(), p).ok());
-  Result<prepared::PreparedDir> dir = prepared::OpenPrepared(Env::Default(), p.out);
+  // The run's shared tiny prepared directory (read-only).
+  const std::string prep = test::SynthFixture({"tiny", 0, prepared::ExpertsMode::kCopy}).prepared;
+  Result<prepared::PreparedDir> dir = prepared::OpenPrepared(Env::Default(), prep);
   ASSERT_TRUE(dir.ok()) << dir.status().ToString();
 
   uint64_t largest = 0;

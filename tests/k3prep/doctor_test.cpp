@@ -23,6 +23,7 @@
 #include "k3prep/pack/pack.h"
 #include "k3prep/synth/checkpoint.h"
 #include "tests/support/fault_env.h"
+#include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::prep {
@@ -54,27 +55,24 @@ std::string Joined(const std::vector<std::string>& lines) {
 
 bool DirectIoWorks(const std::string& dir) { return CheckDirectIo(D(), dir).available; }
 
-// tiny synthetic checkpoint and its prepared directory, made once for the whole suite.
+// The run's shared tiny checkpoint and its link-mode prepared directory (built once per CTest
+// run, read-only). The checkpoint is reached through a path with a space ("tiny model", a
+// symlink): the commands the doctor prints must quote it.
 class DoctorTiny : public ::testing::Test {
  protected:
+  static const test::FixtureDirs& Fixture() {
+    return test::SynthFixture({"tiny", 0, prepared::ExpertsMode::kLink});
+  }
   static void SetUpTestSuite() {
     root_ = new TempDir();
-    synth::SynthOptions s;
-    s.preset = "tiny";
-    s.out = root_->Join("tiny model");  // a space: commands must quote it
-    ASSERT_TRUE(synth::RunSynth(D(), s).ok());
-    PackOptions p;
-    p.model_dir = s.out;
-    p.out = root_->Join("tiny.prep");
-    Result<PackResult> r = RunPack(D(), p);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::filesystem::create_directory_symlink(Fixture().checkpoint, root_->Join("tiny model"));
   }
   static void TearDownTestSuite() {
     delete root_;
     root_ = nullptr;
   }
   static std::string Checkpoint() { return root_->Join("tiny model"); }
-  static std::string Prepared() { return root_->Join("tiny.prep"); }
+  static std::string Prepared() { return Fixture().prepared; }
   static TempDir* root_;
 };
 TempDir* DoctorTiny::root_ = nullptr;

@@ -24,6 +24,7 @@
 #include "k3prep/synth/checkpoint.h"
 #include "tests/k3prep/download_test_util.h"
 #include "tests/support/fault_env.h"
+#include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -53,13 +54,11 @@ std::vector<std::string> Keys(const std::map<std::string, std::string>& m) {
 
 TEST(Download, HappyPathSynthTinyByteIdenticalManifestAndNoTokenAtCdn) {
   test::TempDir tmp;
-  synth::SynthOptions so;
-  so.preset = "tiny";
-  so.out = tmp.Join("src");
-  ASSERT_TRUE(synth::RunSynth(Env::Default(), so).ok());
-  const auto src = ReadTree(tmp.Join("src"));
+  // The run's shared tiny checkpoint, served read-only.
+  const std::string model = test::SynthFixture({"tiny", 0, prepared::ExpertsMode::kCopy}).checkpoint;
+  const auto src = ReadTree(model);
   HubSimConfig cfg;
-  cfg.root = tmp.Join("src");
+  cfg.root = model;
   cfg.token = test::kTestToken;
   HubSimProcess sim(tmp.Join("sim"), cfg);
   ASSERT_TRUE(sim.started()) << sim.error();

@@ -692,12 +692,12 @@ TEST_F(PackTiny, SubcommandParsesFlagsAndPacks) {
   EXPECT_TRUE(fs::exists(JoinPath(d1, "layer-001.bin")));
 }
 
-// The small preset once (93 layers, 64 experts, the released layer map): copy mode striped over
-// two dirs, and link mode.
+// The small preset (93 layers, 64 experts, the released layer map; the run's shared checkpoint,
+// read-only): copy mode striped over two dirs, and link mode.
 TEST(PackSmall, LinkAndStripedCopyMatchTheSource) {
   TempDir t;
-  const std::string model = t.Join("small");
-  Synth(model, "small");
+  const std::string model =
+      test::SynthFixture({"small", 0, prepared::ExpertsMode::kCopy}).checkpoint;
   const std::string link = t.Join("link");
   Result<PackResult> a = RunPack(D(), Opts(model, link));
   ASSERT_TRUE(a.ok()) << a.status().ToString();

@@ -176,7 +176,9 @@ std::string EncodeSequenceState(const SequenceState& s) {
     AppendU32(out, sec.layer);
     AppendU32(out, sec.kind);
     AppendU64(out, sec.data.size());
-    out.append(reinterpret_cast<const char*>(sec.data.data()), 4 * sec.data.size());
+    if (!sec.data.empty()) {  // an empty vector's data() may be null
+      out.append(reinterpret_cast<const char*>(sec.data.data()), 4 * sec.data.size());
+    }
   }
   PutU64(out, kHdrBodyHash,
          Xxh3_64(out.data() + kSequenceStateHeaderSize, out.size() - kSequenceStateHeaderSize));
@@ -238,7 +240,7 @@ Status DecodeBody(std::string_view bytes, const Header& h, const std::string& so
                              std::to_string(end - at) + " bytes left)" + kSaveAgain);
     }
     sec.data.resize(n_floats);
-    std::memcpy(sec.data.data(), bytes.data() + at, 4 * n_floats);
+    if (n_floats != 0) std::memcpy(sec.data.data(), bytes.data() + at, 4 * n_floats);
     at += 4 * n_floats;
     s->sections.push_back(std::move(sec));
   }

@@ -112,6 +112,7 @@ struct OpenOptions {
 struct PreparedDir {
   std::string dir;
   Manifest manifest;
+  Hash128 manifest_hash;  // XXH3-128 of k3.json (what k3.sum holds): the model's identity
   ExpertsIndex experts;
   std::vector<std::string> expert_paths;  // resolved, experts.idx order
 };

@@ -109,6 +109,7 @@ Result<PreparedDir> OpenPrepared(Env* env, const std::string& dir, const OpenOpt
   K3_ASSIGN_OR_RETURN(std::string text, ReadVerifiedManifestText(env, dir));
   PreparedDir out;
   out.dir = dir;
+  out.manifest_hash = Xxh3_128(text.data(), text.size());
   K3_ASSIGN_OR_RETURN(out.manifest, ParseManifest(text, json_path));
   const Manifest& m = out.manifest;
 

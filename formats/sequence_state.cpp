@@ -337,4 +337,21 @@ Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
   return DecodeSequenceState(bytes, path, expected_model);
 }
 
+Result<StateHeader> ReadSequenceStateHeader(Env* env, const std::string& path,
+                                            const Hash128& expected_model) {
+  if (!env->Exists(path)) {
+    return Status::Invalid(path + ": no such file (--load-state takes a file written by k3run "
+                           "--save-state)");
+  }
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env->Open(path, OpenMode::kRead));
+  K3_ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  std::string head(std::min<uint64_t>(size, kSequenceStateHeaderSize), '\0');
+  K3_RETURN_IF_ERROR(file->ReadExact(0, head.size(), head.data()));
+  K3_RETURN_IF_ERROR(file->Close());
+  Header h;
+  K3_RETURN_IF_ERROR(DecodeHeader(head, size, path, expected_model, &h));
+  K3_RETURN_IF_ERROR(CheckFileSize(size, h, path));
+  return StateHeader{h.layers, h.n_tokens, h.body_bytes};
+}
+
 }  // namespace k3::seqstate

@@ -87,4 +87,17 @@ Status WriteSequenceState(Env* env, const std::string& path, const SequenceState
 Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
                                         const Hash128& expected_model);
 
+// What the header says, for planning before the body is read (k3run reserves the positions a
+// state brings before it allocates anything).
+struct StateHeader {
+  uint32_t layers = 0;
+  uint64_t n_tokens = 0;
+  uint64_t body_bytes = 0;
+};
+
+// Reads and checks the header and the file size only (the body's hash is ReadSequenceState's
+// job): the same refusals and codes as ReadSequenceState for those parts.
+Result<StateHeader> ReadSequenceStateHeader(Env* env, const std::string& path,
+                                            const Hash128& expected_model);
+
 }  // namespace k3::seqstate

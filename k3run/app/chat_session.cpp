@@ -21,6 +21,7 @@ class Session {
 
   Status Run() {
     K3_RETURN_IF_ERROR(LoadInitial());
+    K3_RETURN_IF_ERROR(LoadState());
     if (!messages_.empty() && messages_.back().role == "user") {
       Note("resuming the unanswered user turn of " + o_.history_path + "\n");
       K3_RETURN_IF_ERROR(Turn());
@@ -44,7 +45,9 @@ class Session {
       }
       if (*line == "/reset") {
         messages_ = initial_;
+        if (seq_ != nullptr) seq_->Reset();
         K3_RETURN_IF_ERROR(Save());
+        K3_RETURN_IF_ERROR(SaveState());
         Note("conversation reset\n");
         continue;
       }
@@ -81,7 +84,32 @@ class Session {
       }
     }
     if (!messages_.empty() && messages_[0].role == "system") initial_ = {messages_[0]};
+    for (const ChatMessage& m : messages_) turn_ += m.role == "assistant" ? 1 : 0;
     return Status::Ok();
+  }
+
+  // The sequence beside the transcript (ChatOptions::state_path), so a resumed chat does not
+  // re-read the conversation. Loaded only when it is a prefix of what the history renders.
+  Status LoadState() {
+    if (o_.state_path.empty() || !io_.env->Exists(o_.state_path)) return Status::Ok();
+    seq_ = engine_->NewSequence(o_.sampling, o_.seed, turn_ + 1);
+    K3_RETURN_IF_ERROR(engine_->LoadSequence(o_.state_path, seq_.get()));
+    const std::vector<int32_t> rendered = tmpl_.Render(messages_, o_.tmpl, true);
+    const std::vector<int32_t>& held = seq_->tokens();
+    if (held.size() > rendered.size() || !std::equal(held.begin(), held.end(), rendered.begin())) {
+      return Status::Invalid(o_.state_path + ": its " + std::to_string(held.size()) +
+                             " ids are not the start of what " + o_.history_path +
+                             " renders (" + std::to_string(rendered.size()) +
+                             " ids with these chat options); delete the state file to re-read "
+                             "the conversation, or use the options it was saved with");
+    }
+    Note("[resumed " + std::to_string(held.size()) + " positions from " + o_.state_path + "]\n");
+    return Status::Ok();
+  }
+
+  Status SaveState() {
+    if (o_.state_path.empty() || seq_ == nullptr) return Status::Ok();
+    return engine_->SaveSequence(*seq_, o_.state_path);
   }
 
   Status Save() {
@@ -89,27 +117,41 @@ class Session {
     return SaveHistory(io_.env, o_.history_path, messages_);
   }
 
+  // The sequence persists across turns: each turn renders the conversation and feeds only what
+  // the sequence does not hold yet (the previous reply's last token, the new message and the
+  // generation prompt). Replies keep the ids they were generated as, so the rendering extends
+  // the sequence exactly; anything else (/reset, a history without state) starts it afresh.
   Status Turn() {
-    const std::vector<int32_t> prompt = tmpl_.Render(messages_, o_.tmpl, true);
-    const auto P = static_cast<int64_t>(prompt.size());
-    if (PositionsNeeded(P, o_.gen) > o_.max_positions) {
-      Note("the conversation (" + std::to_string(P) + " ids) plus --gen " +
-           std::to_string(o_.gen) + " exceeds the " + std::to_string(o_.max_positions) +
-           " planned positions; the message was dropped: /reset or lower --gen\n");
+    const std::vector<int32_t> rendered = tmpl_.Render(messages_, o_.tmpl, true);
+    if (seq_ == nullptr) seq_ = engine_->NewSequence(o_.sampling, o_.seed, turn_ + 1);
+    const std::vector<int32_t>& held = seq_->tokens();
+    if (held.size() > rendered.size() || !std::equal(held.begin(), held.end(), rendered.begin())) {
+      if (!held.empty()) Note("[the conversation changed: re-reading it]\n");
+      seq_->Reset();
+    }
+    const std::vector<int32_t> feed(rendered.begin() + seq_->length(), rendered.end());
+    const int64_t room = seq_->capacity() - seq_->length();
+    const auto n = static_cast<int64_t>(feed.size());
+    const int64_t gen = std::min<int64_t>(o_.gen, room - n + 1);  // the last token is not fed
+    if (gen < 1) {
+      Note("the message (" + std::to_string(n) + " ids) does not fit: " +
+           std::to_string(seq_->length()) + " of the context's " +
+           std::to_string(seq_->capacity()) +
+           " positions are used; the message was dropped: /reset to start a new conversation, "
+           "or restart with a larger --ctx\n");
       messages_.pop_back();
       return Status::Ok();
     }
-    if (o_.progress) Note("[" + std::to_string(P) + " prompt ids]\n");
+    if (o_.progress) {
+      Note("[" + std::to_string(n) + " new ids, " + std::to_string(seq_->length() + n) + " of " +
+           std::to_string(seq_->capacity()) + " positions]\n");
+    }
     const ChatIds& c = tmpl_.ids();
     GenerateOptions g;
-    g.prompt = prompt;
-    g.gen = o_.gen;
+    g.prompt = feed;
+    g.gen = gen;
     g.stop_ids = {c.end_of_msg, c.eos};
-    // Each turn re-reads the whole transcript from an empty sequence, with its own sampler
-    // stream; the sequence's caches are allocated once, for the planned positions.
-    if (seq_ == nullptr) seq_ = engine_->NewSequence(o_.sampling, o_.seed, turn_ + 1);
-    seq_->Reset();
-    seq_->sampler() = Sampler(o_.sampling, o_.seed, turn_ + 1);
+    seq_->sampler() = Sampler(o_.sampling, o_.seed, turn_ + 1);  // each turn its own stream
     ++turn_;
     Utf8Chunker chunker;
     bool in_tag = false;  // between <|open|>/<|close|> and <|sep|>: a tag name, not text
@@ -127,21 +169,32 @@ class Session {
     };
     K3_ASSIGN_OR_RETURN(GenerateResult r, Generate(engine_, seq_.get(), g, on_step));
     K3_RETURN_IF_ERROR(io_.write_stdout(chunker.Flush() + "\n"));
-    Result<Completion> parsed = tmpl_.Parse(r.generated, o_.tmpl.thinking);
-    ChatMessage reply{"assistant", "", ""};
+    if (!r.stopped_by_id && gen < o_.gen) {
+      Note("[the context is full: the reply stopped at " + std::to_string(gen) +
+           " tokens; /reset to start a new conversation, or restart with a larger --ctx]\n");
+    }
+    messages_.push_back(Reply(r.generated));
+    K3_RETURN_IF_ERROR(Save());
+    return SaveState();
+  }
+
+  // The reply as the transcript keeps it: its text when it follows the template (or its plain
+  // text, with a warning), and always the ids it was generated as.
+  ChatMessage Reply(const std::vector<int32_t>& generated) const {
+    Result<Completion> parsed = tmpl_.Parse(generated, o_.tmpl.thinking);
+    ChatMessage reply{"assistant", "", "", generated};
     if (parsed.ok()) {
       reply.content = SanitizeUtf8(parsed->content);
       reply.reasoning = SanitizeUtf8(parsed->reasoning);
     } else {
       Note("warning: " + parsed.status().message() + "; the reply is kept as plain text\n");
       std::vector<int32_t> text;
-      for (int32_t id : r.generated) {
+      for (int32_t id : generated) {
         if (!tmpl_.IsControl(id)) text.push_back(id);
       }
       reply.content = SanitizeUtf8(tok_.Decode(text));
     }
-    messages_.push_back(std::move(reply));
-    return Save();
+    return reply;
   }
 
   Engine* engine_;

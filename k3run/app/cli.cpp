@@ -27,15 +27,18 @@
 #include "k3run/stream/streaming_plan.h"
 #include "k3run/stream/streaming_weights.h"
 #include "k3run/text/tokenizer.h"
+#include "formats/sequence_state.h"
+#include "k3run/app/prefill_progress.h"
 #include "k3run/text/utf8.h"
 #include "k3run/weights/weights.h"
 
 namespace k3::run {
 namespace {
 
-// Chat plans its KV cache for a fixed context (upstream's serve default) rather than the model's
-// 1 Mi positions; every turn's rendered transcript + --gen must fit in it.
-constexpr int64_t kChatContext = 8192;
+// Chat reserves, without --ctx, the largest of these contexts the plan allows: 32 Ki positions
+// fit the released model at 8 GB (DESIGN.md §11.3); a smaller machine gets the next that fits.
+constexpr int64_t kChatDefaultContext = 32768;
+constexpr int64_t kChatSmallestContext = 256;
 constexpr int64_t kChatDefaultGen = 2048;
 
 static_assert(std::endian::native == std::endian::little,
@@ -241,30 +244,58 @@ Result<int64_t> ResolvePrompt(const Engine& engine, const RunOptions& o, PromptI
   K3_RETURN_IF_ERROR(CheckIdsInVocab(std::vector<int64_t>(in->ids.begin(), in->ids.end()),
                                      c.vocab, mode, manifest));
   K3_RETURN_IF_ERROR(CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", manifest));
-  if (o.chat && o.gen >= kChatContext) {
-    return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat plans a context of " +
-                           std::to_string(kChatContext) + " positions, so --gen must be below it");
+  if (o.ctx && o.gen >= *o.ctx) {
+    return Status::Invalid("--gen " + std::to_string(o.gen) + " with --ctx " +
+                           std::to_string(*o.ctx) + ": --gen must be below the context");
   }
-  const int64_t P = o.chat ? kChatContext - o.gen : static_cast<int64_t>(in->ids.size());
+  const int64_t P = o.chat ? 0 : static_cast<int64_t>(in->ids.size());
   if (P > kMaxPositions || o.gen > kMaxPositions - P) {
     return Status::Invalid("--gen " + std::to_string(o.gen) + " with a prompt of " +
                            std::to_string(P) + " ids needs " + std::to_string(P + o.gen) +
                            " positions; the limit is " + std::to_string(kMaxPositions) +
-                           " (max_position_embeddings): lower --gen or shorten --ids");
+                           " (max_position_embeddings): lower --gen or shorten the prompt (" +
+                           mode + ")");
   }
   return P;
 }
 
-// Phase 3: the memory plan, before anything large is allocated.
-Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, bool lines) {
+// The positions a prompt run needs: what a loaded state holds, the prompt, and every generated
+// token fed back; --ctx may reserve more, never less.
+Result<int64_t> PromptContext(const RunOptions& o, int64_t held, int64_t P) {
+  const int64_t need = held + PositionsNeeded(P, o.gen);
+  if (!o.ctx) return need;
+  if (*o.ctx < need) {
+    return Status::Invalid("--ctx " + std::to_string(*o.ctx) + ": " +
+                           (held > 0 ? std::to_string(held) + " positions of --load-state + "
+                                     : std::string()) +
+                           "the prompt (" + std::to_string(P) + " ids) + --gen " +
+                           std::to_string(o.gen) + " need " + std::to_string(need) +
+                           " positions; raise --ctx or lower --gen");
+  }
+  return *o.ctx;
+}
+
+PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
   PlanOptions po;
   po.layers = o.layers;
-  po.positions = PositionsNeeded(P, o.gen);
-  po.pass_rows = o.recompute ? PositionsNeeded(P, o.gen) : std::max<int64_t>(P, 1);
+  po.chunk = o.chunk;
   po.budget.budget_gb = o.budget_gb;
   po.budget.trunk_gb = o.trunk_gb;
   po.budget.cache_gb = o.cache_gb;
   po.budget.preset = o.preset;
+  po.preload = o.preload;
+  po.verify_reads = o.verify_reads;
+  po.prefetch_experts = o.prefetch_experts;
+  po.progress = lines ? o.output.progress : ProgressMode::kNone;
+  po.mem_available = io.mem_available;
+  return po;
+}
+
+// Phase 3: the memory plan, before anything large is allocated. `held`: positions a loaded
+// state brings. Chat without --ctx takes the largest default context the plan allows.
+Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, int64_t held,
+               bool lines) {
+  PlanOptions po = PlanOptionsFor(o, io, lines);
   if (o.cache_policy) {
     K3_ASSIGN_OR_RETURN(po.budget.policy, ParseCachePolicy(*o.cache_policy));
     if (!po.budget.any()) {
@@ -272,12 +303,28 @@ Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, 
                              "--trunk-gb or --cache-gb); without one every expert is held");
     }
   }
-  po.preload = o.preload;
-  po.verify_reads = o.verify_reads;
-  po.prefetch_experts = o.prefetch_experts;
-  po.progress = lines ? o.output.progress : ProgressMode::kNone;
-  po.mem_available = io.mem_available;
-  return engine->Plan(po);
+  if (!o.chat) {
+    K3_ASSIGN_OR_RETURN(po.positions, PromptContext(o, held, P));
+    po.pass_rows = o.recompute ? po.positions : std::max<int64_t>(P, 1);
+    return engine->Plan(po);
+  }
+  if (o.ctx) {
+    po.positions = *o.ctx;
+    po.pass_rows = *o.ctx;
+    return engine->Plan(po);
+  }
+  Status last;
+  for (int64_t ctx = kChatDefaultContext; ctx >= kChatSmallestContext && ctx > o.gen; ctx /= 2) {
+    po.positions = ctx;
+    po.pass_rows = ctx;
+    last = engine->Plan(po);
+    if (last.ok()) return last;
+  }
+  if (last.ok()) {
+    return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat needs a context above it; "
+                           "give --ctx (more than --gen) or lower --gen");
+  }
+  return last;
 }
 
 // The bandwidth probes run before the weights are allocated: their buffers never raise the
@@ -322,11 +369,11 @@ Result<std::unique_ptr<CacheTraceWriter>> OpenTrace(Env* env, const Engine& engi
 void LogPlan(const Engine& engine, kernels::Isa isa) {
   const MemoryPlan& plan = engine.memory_plan();
   const ModelConfig& c = engine.config();
-  LogInfo("plan: KV cache " + FormatGb(plan.kv_cache_bytes) + " for " +
-          std::to_string(plan.positions) + " positions, recurrent state " +
-          FormatGb(plan.state_bytes) + ", weights held " + FormatGb(plan.weights_bytes) +
-          "; MemAvailable " + FormatGb(engine.mem_available()) + "; ISA " + kernels::IsaName(isa) + ", threads " +
-          std::to_string(kernels::Threads()));
+  if (engine.streaming_plan()) LogInfo(engine.streaming_plan()->Describe());
+  LogInfo("plan: " + plan.Describe() + "; MemAvailable " + FormatGb(engine.mem_available()) +
+          "; ISA " + kernels::IsaName(isa) + ", threads " + std::to_string(kernels::Threads()));
+  LogInfo("context: " + std::to_string(plan.positions) + " positions (--ctx), passes of up to " +
+          std::to_string(plan.chunk) + " rows (--chunk)");
   if (engine.layers() != c.n_layers) {
     LogWarn("--layers " + std::to_string(engine.layers()) + ": running the first " +
             std::to_string(engine.layers()) + " of " + std::to_string(c.n_layers) +
@@ -358,7 +405,7 @@ Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, u
   co.tmpl.thinking = !o.no_think;
   co.tmpl.effort = o.effort.value_or("max");
   co.gen = o.gen;
-  co.max_positions = engine->memory_plan().positions;
+  if (!o.history.empty()) co.state_path = o.history + ".state";
   co.sampling = o.sampling;
   co.seed = seed;
   co.progress = lines;
@@ -407,7 +454,9 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
     return ready.empty() ? Status::Ok() : out(ready);
   };
   std::unique_ptr<Sequence> seq = engine->NewSequence(o.sampling, seed, 0);
+  if (!o.load_state.empty()) K3_RETURN_IF_ERROR(engine->LoadSequence(o.load_state, seq.get()));
   K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
+  if (!o.save_state.empty()) K3_RETURN_IF_ERROR(engine->SaveSequence(*seq, o.save_state));
   const std::string tail = chunker.Flush();
   if (!tail.empty()) K3_RETURN_IF_ERROR(out(tail));
   if (dump) K3_RETURN_IF_ERROR(dump->Finish());
@@ -485,6 +534,29 @@ Status Report(Env* env, const Engine& engine, const RunOptions& o, const RunRepo
   return Status::Unreliable(msg);
 }
 
+// The positions a --load-state file holds (its header only: the plan comes before any large
+// read). Also refuses what cannot combine with it.
+Result<int64_t> HeldByState(Env* env, const Engine& engine, const RunOptions& o) {
+  if (o.load_state.empty()) return int64_t{0};
+  if (o.chat) {
+    return Status::Invalid("--load-state is for --prompt, --prompt-file and --ids; a chat keeps "
+                           "its state beside --history (HISTORY.state)");
+  }
+  if (o.recompute) {
+    return Status::Invalid("--load-state with --recompute: the check path re-runs the whole "
+                           "sequence from its start, which a state file does not hold");
+  }
+  K3_ASSIGN_OR_RETURN(seqstate::StateHeader h,
+                      seqstate::ReadSequenceStateHeader(env, o.load_state,
+                                                        engine.prepared().manifest_hash));
+  return static_cast<int64_t>(h.n_tokens);
+}
+
+ProgressMode ResolvedProgressMode(ProgressMode m) {
+  if (m != ProgressMode::kAuto) return m;
+  return isatty(2) ? ProgressMode::kBar : ProgressMode::kPlain;
+}
+
 }  // namespace
 
 // parse → open the engine → plan → probes → weights → run the prompt or chat → report.
@@ -499,10 +571,15 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, o));
   K3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(env, o.prepared, o.model_dir));
   K3_ASSIGN_OR_RETURN(int64_t P, ResolvePrompt(*engine, o, &input));
-  engine->SetEventSink([lines](const EngineEvent& e) {
-    if (lines && e.kind == EngineEvent::Kind::kStreamingPlan) LogInfo(e.text);
+  K3_ASSIGN_OR_RETURN(int64_t held, HeldByState(env, *engine, o));
+  K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines));
+  PrefillProgress prefill(lines ? ResolvedProgressMode(o.output.progress) : ProgressMode::kNone,
+                          engine->chunk(), [](std::string_view s) {
+                            if (!Quiet()) WriteStderr(s);
+                          });
+  engine->SetEventSink([&prefill](const EngineEvent& e) {
+    if (e.kind == EngineEvent::Kind::kPrefill) prefill.Update(e.done, e.total, e.seconds);
   });
-  K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, lines));
   const std::optional<Bandwidths> bandwidths = ProbeFloor(env, *engine, o, lines);
   K3_ASSIGN_OR_RETURN(std::unique_ptr<CacheTraceWriter> trace, OpenTrace(env, *engine, o));
   K3_RETURN_IF_ERROR(engine->LoadWeights(trace.get()));
@@ -511,6 +588,10 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   }
   const uint64_t seed = ChooseSeed(o);
   if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out);
+  if (o.chat && !o.save_state.empty()) {
+    return Status::Invalid("--save-state is for prompt runs; a chat with --history saves its "
+                           "state beside the transcript (HISTORY.state)");
+  }
   K3_ASSIGN_OR_RETURN(PromptRun run, Generate(engine.get(), env, o, input.ids, seed, lines, out));
   const RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
   return Report(env, *engine, o, r, trace.get(), lines);
@@ -592,6 +673,23 @@ void AddRunControlFlags(CLI::App* app, RunOptions* o) {
                 "hash every expert read against experts.idx (a mismatch: exit 4)");
 }
 
+void AddContextFlags(CLI::App* app, RunOptions* o) {
+  app->add_option_function<int64_t>(
+         "--ctx", [o](const int64_t& v) { o->ctx = v; },
+         "positions reserved for the sequence (latent caches); default: prompt + --gen, and in "
+         "chat the largest of 32768, 16384, … the memory plan allows (printed)")
+      ->check(InRange(int64_t{1}, kMaxPositions));
+  app->add_option("--chunk", o->chunk,
+                  "rows per pass when feeding a long prompt (same bits at every size); default: "
+                  "the largest the memory plan allows, at most " +
+                      std::to_string(kDefaultMaxChunk))
+      ->check(InRange(int64_t{1}, kMaxPositions));
+  app->add_option("--save-state", o->save_state,
+                  "after the run, save the sequence (tokens, caches, states) to PATH");
+  app->add_option("--load-state", o->load_state,
+                  "continue the sequence saved in PATH: the prompt is fed after its tokens");
+}
+
 void AddMemoryFlags(CLI::App* app, RunOptions* o) {
   // Memory flags apply in command-line order, later flags winning (DESIGN.md §6): a total
   // (--budget-gb, --preset) replaces everything before it; --trunk-gb / --cache-gb override its
@@ -654,6 +752,7 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   AddPromptFlags(app, o);
   AddSamplingFlags(app, o);
   AddRunControlFlags(app, o);
+  AddContextFlags(app, o);
   AddMemoryFlags(app, o);
   AddOutputFlags(app, &o->output);
 }

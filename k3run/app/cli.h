@@ -7,7 +7,7 @@
 //         [--model-dir DIR] [--verify-reads] [--quiet] [--progress MODE]
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
 //         [--preload] [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
-//         [--prefetch-experts N]
+//         [--prefetch-experts N] [--ctx N] [--chunk N] [--save-state PATH] [--load-state PATH]
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, k3run/stream/streaming_plan.h) and the plan refuses below its minimum (exit 2).
@@ -53,6 +53,10 @@ struct RunOptions {
   bool no_think = false;
   std::optional<std::string> effort;       // --thinking-effort (chat; default max)
   SamplerOptions sampling;
+  std::optional<int64_t> ctx;     // --ctx: positions reserved per sequence
+  int64_t chunk = 0;              // --chunk: rows per pass of a long prompt (0: the plan's)
+  std::string save_state;         // --save-state PATH
+  std::string load_state;         // --load-state PATH
   int64_t gen = 16;               // chat: 2048 unless --gen is given
   bool gen_set = false;
   bool recompute = false;

@@ -22,24 +22,31 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
                                 const StepCallback& on_step) {
   if (o.prompt.empty()) return Status::Invalid("empty prompt: give at least one token id");
   const int64_t V = engine->config().vocab;
-  std::vector<int32_t> all = o.prompt;  // prompt + chosen tokens
+  std::vector<int32_t> all = seq->tokens();  // what the sequence holds + prompt + chosen tokens
+  all.insert(all.end(), o.prompt.begin(), o.prompt.end());
   GenerateResult out;
   const int64_t steps = std::max<int64_t>(o.gen, 1);
   for (int64_t s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    StepInput in{seq, {}, Logits::kLast};
-    if (s > 0 && !o.recompute) {
-      in.ids.assign(1, all.back());
-    } else {
-      if (s > 0) seq->Reset();
-      in.ids = all;
-    }
-    K3_ASSIGN_OR_RETURN(StepResult pass, engine->Step(std::span<StepInput>(&in, 1)));
-    K3_RETURN_IF_ERROR(engine->Commit(seq, static_cast<int64_t>(in.ids.size())));
-    const float* logits = pass.LogitsOf(0, V);
     StepRecord rec;
     rec.index = s;
-    rec.tokens_in = static_cast<int64_t>(in.ids.size());
+    StepResult pass;
+    if (s > 0 && !o.recompute) {
+      StepInput in{seq, {all.back()}, Logits::kLast};
+      K3_ASSIGN_OR_RETURN(pass, engine->Step(std::span<StepInput>(&in, 1)));
+      K3_RETURN_IF_ERROR(engine->Commit(seq, 1));
+      rec.tokens_in = 1;
+    } else {
+      // The prompt (or, recomputing, everything so far) in passes of the plan's chunk.
+      std::span<const int32_t> feed(o.prompt);
+      if (s > 0) {
+        seq->Reset();
+        feed = std::span<const int32_t>(all);
+      }
+      K3_ASSIGN_OR_RETURN(pass, engine->Feed(seq, feed, Logits::kLast));
+      rec.tokens_in = static_cast<int64_t>(feed.size());
+    }
+    const float* logits = pass.LogitsOf(0, V);
     if (o.gen > 0) {
       rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V);
     }

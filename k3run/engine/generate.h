@@ -1,8 +1,11 @@
-// Generation on a Sequence (DESIGN.md §6 k3run, MODEL.md §7): the prompt is prefilled as ONE
-// pass (T rows per weight read), then tokens are decoded one at a time with carried state; with
-// `recompute` every step instead re-runs the whole prefix from an empty sequence (the O(T²)
-// check path). Both produce bit-identical logits (tested).
+// Generation on a Sequence (DESIGN.md §6 k3run, §11.3, MODEL.md §7): the prompt is fed in
+// passes of the plan's chunk (Engine::Feed: rows per weight read, scratch bounded by the chunk),
+// then tokens are decoded one at a time with carried state; with `recompute` every step instead
+// re-runs the whole prefix from an empty sequence (the O(T²) check path). Every chunk size and
+// both paths produce bit-identical logits (tested).
 //
+// The sequence may already hold tokens (a chat's earlier turns, a loaded state): the prompt is
+// fed after them, so only the new tokens cost a pass.
 // Steps: step 0 feeds the prompt; step s > 0 feeds the token chosen at step s−1 (or, with
 // recompute, the whole sequence so far). gen N runs N steps and chooses N tokens, stopping
 // early after a token in stop_ids (that token is part of the output); gen 0 runs step 0 only
@@ -48,7 +51,7 @@ struct GenerateResult {
   bool stopped_by_id = false;
 };
 
-// `seq` must be empty (a new or Reset sequence) with room for PositionsNeeded.
+// `seq` (empty or holding earlier tokens) must have room for PositionsNeeded more positions.
 Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOptions& o,
                                 const StepCallback& on_step);
 

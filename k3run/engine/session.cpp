@@ -7,6 +7,7 @@
 
 #include "common/hash.h"
 #include "common/sysinfo.h"
+#include "k3run/kernels/matmul.h"
 
 namespace k3::run {
 
@@ -93,12 +94,33 @@ std::unique_ptr<Engine> Engine::WithSource(const ModelConfig& c, WeightSource* s
   e->config_ = c;
   e->layers_ = layers == 0 ? c.n_layers : layers;
   e->options_.positions = positions;
+  e->plan_.positions = positions;
+  e->plan_.chunk = std::max<int64_t>(positions, 1);  // no plan: any input in one pass
   e->source_ = source;
   e->model_ = std::make_unique<Model>(c, source, e->layers_);
   return e;
 }
 
 // ---- The memory plan and the weights ----
+
+namespace {
+
+// The rows per pass: --chunk as given, else the largest whose scratch fits `room`, never more
+// than the caller feeds at once nor kDefaultMaxChunk.
+int64_t ChooseChunk(const ModelConfig& c, const PlanOptions& o, uint64_t room, int threads) {
+  const int64_t cap = std::max<int64_t>(o.pass_rows, 1);
+  if (o.chunk > 0) return std::min(o.chunk, cap);
+  // Not even one row fitting is left to CheckMemory, whose refusal names every number.
+  return std::max<int64_t>(
+      1, LargestChunk(c, room, o.positions, threads, std::min(cap, kDefaultMaxChunk)));
+}
+
+std::string ReservedWhat(const MemoryPlan& fixed, int64_t chunk) {
+  return "latent caches for " + std::to_string(fixed.positions) + " positions + KDA states + "
+         "scratch for " + std::to_string(chunk) + "-row passes";
+}
+
+}  // namespace
 
 Status Engine::Plan(const PlanOptions& o) {
   const ModelConfig& c = config_;
@@ -108,12 +130,33 @@ Status Engine::Plan(const PlanOptions& o) {
                            std::to_string(c.n_layers) + "] (the model has " +
                            std::to_string(c.n_layers) + " layers)");
   }
+  if (o.chunk < 0) return Status::Invalid("--chunk " + std::to_string(o.chunk) + ": must be >= 1");
   options_ = o;
   K3_ASSIGN_OR_RETURN(uint64_t avail, o.mem_available ? o.mem_available() : MemAvailableBytes());
   mem_available_ = avail;
+  const int threads = kernels::Threads();
+  // Caches and states first: they do not depend on the weights or the chunk.
+  const MemoryPlan fixed = PlanMemory(c, layers_, o.positions, 0, 1, threads);
+  const uint64_t held = fixed.kv_cache_bytes + fixed.state_bytes;
+  uint64_t weights_bytes = 0;
+  int64_t chunk = 1;
   if (o.budget.any()) {
-    K3_ASSIGN_OR_RETURN(StreamingPlan sp, PlanStreaming(*prepared_, o.budget, avail));
+    // A first plan with one-row scratch gives the weights' minimum; the chunk takes the room a
+    // total budget leaves above it (or, with weight budgets only, MemAvailable's), and the
+    // final plan gives the weights what the chunk leaves.
+    BudgetRequest req = o.budget;
+    req.reserved = held + ScratchBytes(c, 1, o.positions, threads);
+    req.reserved_what = ReservedWhat(fixed, 1);
+    K3_ASSIGN_OR_RETURN(StreamingPlan first, PlanStreaming(*prepared_, req, avail));
+    const uint64_t limit = first.total > 0 ? first.total : avail;
+    const uint64_t weights_min = first.total > 0 ? first.trunk_min + first.cache_min : first.bytes();
+    const uint64_t room = limit > weights_min + held ? limit - weights_min - held : 0;
+    chunk = ChooseChunk(c, o, room, threads);
+    req.reserved = held + ScratchBytes(c, chunk, o.positions, threads);
+    req.reserved_what = ReservedWhat(fixed, chunk);
+    K3_ASSIGN_OR_RETURN(StreamingPlan sp, PlanStreaming(*prepared_, req, avail));
     streaming_plan_ = std::move(sp);
+    weights_bytes = streaming_plan_->bytes();
   }
   // --preload is refused before any weight is loaded, probed or allocated.
   if (o.preload && !streaming_plan_) {
@@ -121,7 +164,6 @@ Status Engine::Plan(const PlanOptions& o) {
                            "--preset max or --budget-gb): without one experts load on first use");
   }
   if (o.preload) K3_RETURN_IF_ERROR(CheckPreloadFits(*streaming_plan_, *prepared_));
-  uint64_t weights_bytes = 0;
   if (!streaming_plan_) {
     RamWeightsOptions wopt;
     wopt.verify_reads = o.verify_reads;
@@ -129,10 +171,11 @@ Status Engine::Plan(const PlanOptions& o) {
                         RamWeights::Open(env_, prepared_.get(), wopt));
     weights_bytes = ram->PlannedResidentBytes();
     owned_source_ = std::move(ram);
-  } else {
-    weights_bytes = streaming_plan_->bytes();
+    const uint64_t room = avail > weights_bytes + held ? avail - weights_bytes - held : 0;
+    chunk = ChooseChunk(c, o, room, threads);
   }
-  plan_ = PlanMemory(c, layers_, o.positions, weights_bytes, o.pass_rows);
+  plan_ = PlanMemory(c, layers_, o.positions, weights_bytes, chunk, threads);
+  if (streaming_plan_) plan_.budget = streaming_plan_->total;
   if (streaming_plan_ && events_) {
     events_(EngineEvent{EngineEvent::Kind::kStreamingPlan, streaming_plan_->Describe(), nullptr});
   }
@@ -212,6 +255,42 @@ Result<StepResult> Engine::Step(std::span<StepInput> batch) {
   }
   if (events_) events_(EngineEvent{EngineEvent::Kind::kPass, "", &r});
   return r;
+}
+
+Result<StepResult> Engine::Feed(Sequence* seq, std::span<const int32_t> ids, Logits logits) {
+  if (ids.empty()) return Status::Invalid("Feed: no ids to feed");
+  if (logits == Logits::kAll) return Status::Invalid("Feed: kAll logits are Step's job");
+  const auto total = static_cast<int64_t>(ids.size());
+  if (total > seq->capacity_ - seq->length()) {
+    return Status::Invalid("the sequence holds " + std::to_string(seq->length()) + " of its " +
+                           std::to_string(seq->capacity_) + " positions; " +
+                           std::to_string(total) + " more do not fit (reserve more with --ctx, "
+                           "or start a new sequence)");
+  }
+  const int64_t chunk = std::max<int64_t>(plan_.chunk, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult sum;
+  for (int64_t done = 0; done < total;) {
+    const int64_t n = std::min(chunk, total - done);
+    const bool last = done + n == total;
+    StepInput in{seq, std::vector<int32_t>(ids.begin() + done, ids.begin() + done + n),
+                 last ? logits : Logits::kNone};
+    K3_ASSIGN_OR_RETURN(StepResult r, Step(std::span<StepInput>(&in, 1)));
+    K3_RETURN_IF_ERROR(Commit(seq, n));
+    done += n;
+    r.seconds += sum.seconds;
+    r.bytes += sum.bytes;
+    r.source += sum.source;
+    sum = std::move(r);
+    if (events_) {
+      EngineEvent e{EngineEvent::Kind::kPrefill, "", nullptr};
+      e.done = done;
+      e.total = total;
+      e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      events_(e);
+    }
+  }
+  return sum;
 }
 
 Status Engine::Commit(Sequence* seq, int64_t rows) {

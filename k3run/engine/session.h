@@ -84,17 +84,24 @@ struct StepResult {
 
 // What happened, for front ends to render (the engine never prints).
 struct EngineEvent {
-  enum class Kind { kStreamingPlan, kPass } kind;
+  enum class Kind { kStreamingPlan, kPass, kPrefill } kind;
   std::string text;            // kStreamingPlan: the plan as printed
   const StepResult* pass = nullptr;  // kPass: the pass just run (valid during the call)
+  // kPrefill, after each pass of Feed: rows fed so far of `total`, and the seconds since the
+  // feed started (rate and ETA follow).
+  int64_t done = 0, total = 0;
+  double seconds = 0;
 };
 using EventSink = std::function<void(const EngineEvent&)>;
 
 struct PlanOptions {
   int layers = 0;                 // first N layers only (a diagnostic); 0: every layer
-  int64_t positions = 1;          // per sequence: the positions its caches hold
-  int64_t pass_rows = 1;          // the most rows one pass feeds (sizes the scratch)
-  BudgetRequest budget;           // none: every weight in RAM, read on first use
+  int64_t positions = 1;          // per sequence: the positions its caches hold (--ctx)
+  int64_t pass_rows = 1;          // the most rows the caller feeds at once (a prompt's length)
+  int64_t chunk = 0;              // rows per pass (--chunk); 0: the largest the plan allows,
+                                  // at most min(pass_rows, kDefaultMaxChunk)
+  BudgetRequest budget;           // none: every weight in RAM, read on first use; a total budget
+                                  // (--budget-gb, --preset) covers caches, states and scratch too
   bool preload = false;           // read every expert at start (the budget must hold them)
   bool verify_reads = false;      // hash every expert read (a mismatch makes the run invalid)
   int prefetch_experts = kDefaultPrefetchExperts;
@@ -121,16 +128,32 @@ class Engine {
                                         uint64_t stream = 0);
   // One pass for every input (each a different sequence with nothing pending).
   Result<StepResult> Step(std::span<StepInput> batch);
+  // Feeds a long input to one sequence in passes of chunk() rows (DESIGN.md §11.3), committing
+  // each, with a kPrefill event after every pass. The result is the last pass's, with the
+  // seconds, bytes and source counters of all passes summed; `logits` applies to the last row
+  // (kLast) or to none. Refused before any pass when the rows do not fit the sequence.
+  Result<StepResult> Feed(Sequence* seq, std::span<const int32_t> ids,
+                          Logits logits = Logits::kLast);
   // Keeps the first `rows` of the sequence's pending rows. Discarding rows of a sequence with
   // KDA layers needs the recurrence's per-row records (speculative decoding), not built yet:
   // kInvalid then; a sequence of MLA layers only rolls back by a length reset.
   Status Commit(Sequence* seq, int64_t rows);
+
+  // --save-state / --load-state (DESIGN.md §11.3): the committed sequence (tokens, KDA states,
+  // latent caches up to its length, --layers) in formats/sequence_state.h's file, bound to this
+  // prepared directory's k3.json, written atomically. Loading needs an empty sequence of this
+  // engine with room for the saved positions; a foreign model, another --layers or a malformed
+  // file is kInvalid (exit 2), a hash mismatch or truncation kIntegrity (exit 3). Continuing a
+  // loaded sequence gives the bits of never having stopped.
+  Status SaveSequence(const Sequence& seq, const std::string& path) const;
+  Status LoadSequence(const std::string& path, Sequence* seq) const;
 
   const prepared::PreparedDir& prepared() const { return *prepared_; }
   const ModelConfig& config() const { return config_; }
   int layers() const { return layers_; }
   const tok::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   const MemoryPlan& memory_plan() const { return plan_; }
+  int64_t chunk() const { return plan_.chunk; }  // rows per pass of a long input (Feed)
   uint64_t mem_available() const { return mem_available_; }  // as Plan() measured it
   const std::optional<StreamingPlan>& streaming_plan() const { return streaming_plan_; }
   // The streaming source's counters; null without a budget.

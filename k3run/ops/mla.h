@@ -1,12 +1,31 @@
-// Gated MLA attention over a KV cache (MODEL.md §3.5; NoPE, no rotary embedding anywhere).
+// Gated MLA attention over a LATENT cache (MODEL.md §3.5 in the absorbed form of DESIGN.md §11.2;
+// NoPE, no rotary embedding anywhere). This is the only MLA path.
 //
-// Precision: scores accumulate in ONE double (nope terms, then rope terms), rounded to fp32, then
-// multiplied by fp32 scale = 1/sqrtf(qk_nope + qk_rope); softmax with fp32 max, fp32 expf, a
-// double sum and p = fp32(e/Z); o = Σ_s p_s·v_s in fp32, s ascending. The latent norms use
-// Dims::mla_latent_eps (1e-6 upstream; 1e-5 reproduces the original engine's fixtures).
-// State: MlaCache holds, per position, the EXPANDED k_nope ‖ v of every head and the one shared,
-// un-normalised, un-rotated rope key (MODEL.md §7). T rows in one call equal T one-row calls.
-// Thread safety: none; one cache per sequence and layer.
+// With n = qk_nope, r = qk_rope, v = v_head, c = kv_lora and the per-head stride n + v of
+// kv_b_proj, the cache holds per position the NORMALISED latent (c floats) ‖ the shared,
+// un-normalised, un-rotated rope key (r floats): c + r floats instead of the expanded
+// H·(n + v) + r, which is what lets long contexts fit a small budget.
+//
+// Evaluation order (part of the numerics contract, DESIGN.md §7 and §11.2):
+//   1. q = q_b(RMSNorm_latent_eps(q_a(x))), [T][H][n + r] (nope ‖ rope per head);
+//      c_kv = kv_a(x); latent = RMSNorm_latent_eps(c_kv[0, c)); k_rope = c_kv[c, c + r).
+//   2. W_UK[h] = rows h·(n+v) + [0, n) of kv_b_proj, transposed (exactly: a transposition moves
+//      bf16/f32 values, it rounds nothing) to [c][n]; q̃_h = W_UK[h]·q_nope_h under the MatMul
+//      contract (16 fp32 lanes over i, fixed tree).
+//   3. score_s = fp32(Σ_{j<c} q̃_h[j]·latent_s[j] + Σ_{i<r} q_h[n+i]·k_rope_s[i]): ONE double
+//      accumulator, latent terms then rope terms, each ascending; then · scale in fp32 with
+//      scale = 1/sqrtf(n + r), never folded into q̃. Causal: s ≤ the row's position.
+//   4. Softmax (below): fp32 max, fp32 expf, double sum, p = fp32(e/Z).
+//   5. ō_h[j] = Σ_s p_s·latent_s[j] in fp32, s ascending (a product, then a sum: no fma).
+//   6. o_h = W_UV[h]·ō_h under the MatMul contract, W_UV[h] = rows h·(n+v) + n + [0, v).
+//   7. o ⊙ σ(g_proj x) (the gate sits between W_UV and o_proj, so W_UV is not folded), o_proj.
+// Every output element is computed by one thread in this order, so threads, ISA paths, chunk
+// sizes (T rows in one call equal T one-row calls) and budgets never change a bit. Forbidden
+// here (DESIGN.md §11.2a): online or tiled softmax, score sums split in pieces.
+// Scratch: per call [T] rows of projections, plus ONE score buffer of (len + T) floats per
+// compute thread (not per row, not per head) and the transposed W_UK.
+// The latent norms use Dims::mla_latent_eps (1e-6 upstream; 1e-5 reproduces the original
+// engine's fixtures). Thread safety: none; one cache per sequence and layer.
 #pragma once
 
 #include <cstdint>
@@ -18,18 +37,19 @@
 namespace k3::ops {
 
 struct MlaCache {
-  int64_t capacity = 0;  // positions the buffers hold
+  int64_t capacity = 0;  // positions the buffer holds
   int64_t len = 0;       // positions written (the next token's position)
-  int64_t heads = 0, kv_head = 0, rope = 0;
-  std::vector<float> kv;    // [capacity][Hm][qk_nope + v_head]
-  std::vector<float> rope_k;  // [capacity][qk_rope]
+  int64_t latent = 0;    // c = kv_lora
+  int64_t width = 0;     // c + r floats per position
+  std::vector<float> data;  // [capacity][c + r]: latent ‖ k_rope
 
   static MlaCache Make(const Dims& d, int64_t capacity);
-  const float* kv_at(int64_t pos, int64_t head) const {
-    return kv.data() + (pos * heads + head) * kv_head;
-  }
-  const float* rope_at(int64_t pos) const { return rope_k.data() + pos * rope; }
+  const float* row(int64_t pos) const { return data.data() + pos * width; }
+  float* row(int64_t pos) { return data.data() + pos * width; }
 };
+
+// Floats per cached position: kv_lora + qk_rope (576 for the released model).
+inline int64_t MlaCacheWidth(const Dims& d) { return d.kv_lora + d.qk_rope; }
 
 // x [T][E] (the input-layernormed rows), out [T][E]; positions cache->len … len+T−1.
 // Fails (kInvalid, cache untouched) if the cache cannot hold T more positions.

@@ -86,6 +86,11 @@ Status CheckMla(const MlaWeights& w, const Dims& d, int64_t layer) {
   K3_CHECK_V(kv_a_layernorm, d.kv_lora, "kv_lora_rank");
   K3_CHECK_M(kv_b_proj, Hm * d.kv_head(), d.kv_lora,
              "num_attention_heads·(qk_nope_head_dim+v_head_dim) × kv_lora_rank");
+  if (w.kv_b_proj.type == kernels::WeightType::kMXFP4) {
+    return Status::Invalid(Where(layer, pre + "kv_b_proj") +
+                           ": MXFP4; the absorbed MLA form reads it by columns and needs F32 or "
+                           "BF16" + kFix);
+  }
   K3_CHECK_M(o_proj, E, Hm * d.v_head, "hidden_size × num_attention_heads·v_head_dim");
   if (d.mla_out_gate)
     K3_CHECK_M(g_proj, Hm * d.v_head, E, "num_attention_heads·v_head_dim × hidden_size");

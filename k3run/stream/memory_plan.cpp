@@ -2,34 +2,54 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 namespace k3::run {
 
-uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions) {
+uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions, int threads) {
   const uint64_t t = uint64_t(std::max<int64_t>(T, 1));
   const uint64_t E = uint64_t(c.hidden), H = uint64_t(c.n_heads);
   const uint64_t blocks = uint64_t(c.n_layers / std::max(c.attn_res_block, 1) + 2);
-  const uint64_t head = uint64_t(c.qk_nope + c.qk_rope + c.v_head);
+  const uint64_t qk = uint64_t(c.qk_nope + c.qk_rope), lat = uint64_t(c.kv_lora);
   const uint64_t P = uint64_t(c.kda_heads) * uint64_t(c.kda_head_dim);
   const uint64_t ffn = uint64_t(std::max(c.dense_inter, c.moe_inter * std::max(c.n_shared, 1)));
   const uint64_t per_row =
       E * (blocks + 8)                                           // h, snapshots, norms, outputs
-      + H * head * 3 + uint64_t(c.q_lora + c.kv_lora) * 2        // MLA q/k/v and latents
-      + H * uint64_t(std::max<int64_t>(positions, 1))            // MLA scores
+      + H * (qk + 2 * lat + 3 * uint64_t(c.v_head))              // MLA q, q̃, ō, o, gate
+      + uint64_t(c.q_lora) + lat + uint64_t(c.qk_rope + c.qk_nope)  // MLA latents
       + P * 10 + uint64_t(c.kda_heads) * 4                       // KDA projections, gates
       + uint64_t(c.topk) * uint64_t(3 * c.latent + 2 * c.moe_inter) + uint64_t(c.latent) * 3  // MoE
       + ffn * 3;                                                 // dense / shared GLU
-  return 4 * (t * per_row + 3 * uint64_t(c.vocab));  // + logits, a head chunk, the sampler copy
+  const uint64_t per_pass =
+      uint64_t(std::max(threads, 1)) * uint64_t(std::max<int64_t>(positions, 1))  // MLA scores
+      + H * lat * uint64_t(c.qk_nope)                             // W_UK transposed (fp32 bound)
+      + 3 * uint64_t(c.vocab);                                    // logits, a head chunk, sampler
+  return 4 * (t * per_row + per_pass);
+}
+
+int64_t LargestChunk(const ModelConfig& c, uint64_t room, int64_t positions, int threads,
+                     int64_t max_rows) {
+  if (max_rows < 1 || ScratchBytes(c, 1, positions, threads) > room) return 0;
+  int64_t lo = 1, hi = max_rows;  // ScratchBytes grows with T: the largest fitting T
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (ScratchBytes(c, mid, positions, threads) <= room) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
 }
 
 MemoryPlan PlanMemory(const ModelConfig& c, int layers, int64_t positions,
-                      uint64_t weights_bytes, int64_t pass_rows) {
+                      uint64_t weights_bytes, int64_t chunk, int threads) {
   MemoryPlan p;
   p.positions = positions;
+  p.chunk = std::max<int64_t>(chunk, 1);
   p.weights_bytes = weights_bytes;
-  p.scratch_bytes = ScratchBytes(c, pass_rows, positions);
-  const uint64_t kv_row =
-      (uint64_t(c.n_heads) * uint64_t(c.qk_nope + c.v_head) + uint64_t(c.qk_rope)) * 4;
+  p.scratch_bytes = ScratchBytes(c, p.chunk, positions, threads);
+  const uint64_t kv_row = uint64_t(c.kv_lora + c.qk_rope) * 4;  // the latent cache (ops/mla.h)
   const uint64_t P = uint64_t(c.kda_heads) * uint64_t(c.kda_head_dim);
   const uint64_t kda = (P * uint64_t(c.kda_head_dim) + 3 * P * uint64_t(c.conv_k - 1)) * 4;
   for (int L = 0; L < layers; ++L) {
@@ -42,6 +62,15 @@ MemoryPlan PlanMemory(const ModelConfig& c, int layers, int64_t positions,
   return p;
 }
 
+std::string MemoryPlan::Describe() const {
+  return "weights held " + FormatGb(weights_bytes) + " + latent caches " +
+         FormatGb(kv_cache_bytes) + " for " + std::to_string(positions) +
+         " positions + KDA states " + FormatGb(state_bytes) + " + scratch " +
+         FormatGb(scratch_bytes) + " for passes of up to " + std::to_string(chunk) +
+         " rows = " + FormatGb(total()) +
+         (budget > 0 ? " of a " + FormatGb(budget) + " budget" : std::string());
+}
+
 std::string FormatGb(uint64_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.3f GB (%.3f GiB)", double(bytes) / 1e9,
@@ -51,12 +80,10 @@ std::string FormatGb(uint64_t bytes) {
 
 Status CheckMemory(const MemoryPlan& plan, uint64_t mem_available) {
   if (plan.total() <= mem_available) return Status::Ok();
-  return Status::Invalid(
-      "memory plan refused: KV cache for " + std::to_string(plan.positions) + " positions " +
-      FormatGb(plan.kv_cache_bytes) + " + recurrent state " + FormatGb(plan.state_bytes) +
-      " + scratch " + FormatGb(plan.scratch_bytes) + " + weights held " + FormatGb(plan.weights_bytes) + " = " + FormatGb(plan.total()) +
-      " > MemAvailable " + FormatGb(mem_available) +
-      "; lower --gen or shorten the prompt (--ids), or free memory");
+  return Status::Invalid("memory plan refused: " + plan.Describe() + " > MemAvailable " +
+                         FormatGb(mem_available) +
+                         "; reserve fewer positions (--ctx, or a shorter prompt and --gen), "
+                         "fewer rows per pass (--chunk), a smaller budget, or free memory");
 }
 
 }  // namespace k3::run

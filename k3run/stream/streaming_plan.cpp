@@ -159,20 +159,30 @@ Status SplitBudget(const prepared::PreparedDir& p, const BudgetRequest& req,
   K3_ASSIGN_OR_RETURN(std::optional<uint64_t> total,
                       TotalBudget(req, mem_available, &total_flag));
   uint64_t trunk = z.trunk_all + z.lm_bytes, cache = z.cache_all;
-  const uint64_t minimum = plan->trunk_min + plan->cache_min;
+  const uint64_t minimum = plan->trunk_min + plan->cache_min + req.reserved;
   if (total) {
+    plan->total = *total;
+    plan->reserved = req.reserved;
     if (*total < minimum) {
       return Status::Invalid(total_flag + ": a total budget of " + GbBytes(*total) +
                              " is below the minimum " + GbBytes(minimum) + " for " + p.dir +
                              " (trunk: 2 ring slots = " + FormatGb(plan->trunk_min) +
                              "; expert cache: top-k + 1 = " + std::to_string(c.topk + 1) +
-                             " slots = " + FormatGb(plan->cache_min) + "); give " +
+                             " slots = " + FormatGb(plan->cache_min) +
+                             (req.reserved > 0 ? "; " + req.reserved_what + " = " +
+                                                     FormatGb(req.reserved)
+                                               : std::string()) +
+                             "); give " +
                              (req.budget_gb ? "--budget-gb " + FlagGb(minimum)
                                             : "a larger preset or --budget-gb " + FlagGb(minimum)) +
-                             " or more");
+                             " or more" +
+                             (req.reserved > 0 ? ", or reserve fewer positions (--ctx) or rows "
+                                                 "per pass (--chunk)"
+                                               : ""));
     }
-    trunk = std::min(z.trunk_all + z.lm_bytes, *total - plan->cache_min);
-    cache = *total - trunk;
+    const uint64_t weights = *total - req.reserved;
+    trunk = std::min(z.trunk_all + z.lm_bytes, weights - plan->cache_min);
+    cache = weights - trunk;
   }
   if (req.trunk_gb) trunk = GbToBytes(*req.trunk_gb);
   if (req.cache_gb) cache = GbToBytes(*req.cache_gb);

@@ -1,6 +1,7 @@
 // The weight half of the memory plan for streaming (DESIGN.md §6 k3run memory flags, §7 "Weight
 // streaming"): from a total budget or explicit trunk/cache budgets, which trunk layers are pinned,
-// how many ring slots of what size, how many expert slots, whether lm_head is held.
+// how many ring slots of what size, how many expert slots, whether lm_head is held. A TOTAL
+// budget gives the weights what is left after BudgetRequest::reserved.
 //
 // Goals: computed from the prepared directory alone, before anything is allocated; refusals name
 // the minimum and the flag that fixes it (exit 2). Non-goals: KV cache and state (plan.h), I/O.
@@ -36,6 +37,11 @@ struct BudgetRequest {
   std::optional<double> cache_gb;   // --cache-gb (overrides the split's cache part)
   std::optional<std::string> preset;
   CachePolicy policy = CachePolicy::kS3Fifo;
+  // The part of a TOTAL budget (--budget-gb, --preset) that is not weights: latent caches, KDA
+  // states and scratch (DESIGN.md §6), and the words that name it in a refusal. Explicit
+  // --trunk-gb / --cache-gb are weight budgets: the reserved bytes come on top of them.
+  uint64_t reserved = 0;
+  std::string reserved_what;
   bool any() const { return budget_gb || trunk_gb || cache_gb || preset; }
 };
 
@@ -52,6 +58,8 @@ struct StreamingPlan {
   int64_t lm_head_chunk_rows = 0;  // when streamed
   CachePolicy policy = CachePolicy::kS3Fifo;
   uint64_t trunk_min = 0, cache_min = 0;
+  uint64_t total = 0;              // the TOTAL budget asked for (0: only weight budgets given)
+  uint64_t reserved = 0;           // the part of `total` kept for caches, states and scratch
   uint64_t bytes() const;          // what the source holds at most
   std::string Describe() const;    // the printed plan
 };

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 #include "common/hex.h"
@@ -16,6 +18,21 @@ std::string Where(const std::string& source, size_t line) {
 }
 
 const char* const kFix = " (fix or delete the line; a missing file starts a new conversation)";
+
+// "ids": the token ids an assistant message was generated as (so a resumed chat renders exactly
+// what the model saw): an array of integers in [0, 2^31).
+Result<std::vector<int32_t>> ParseIds(const json& value, const std::string& at) {
+  if (!value.is_array()) return Status::Invalid(at + "\"ids\" must be an array of token ids" + kFix);
+  std::vector<int32_t> ids;
+  for (const json& v : value) {
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > uint64_t{INT32_MAX}) {
+      return Status::Invalid(at + "\"ids\" item " + std::to_string(ids.size()) + " (" +
+                             v.dump() + ") is not a token id in [0, 2147483647]" + kFix);
+    }
+    ids.push_back(static_cast<int32_t>(v.get<uint64_t>()));
+  }
+  return ids;
+}
 
 Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, size_t number,
                               uint64_t line_offset) {
@@ -68,11 +85,16 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
     return Status::Invalid(at + "expected a JSON object {\"role\":…,\"content\":…}" + kFix);
   }
   ChatMessage m;
-  bool has_role = false, has_content = false, has_reasoning = false;
+  bool has_role = false, has_content = false, has_reasoning = false, has_ids = false;
   for (const auto& [key, value] : j.items()) {
-    if (key != "role" && key != "content" && key != "reasoning_content") {
+    if (key != "role" && key != "content" && key != "reasoning_content" && key != "ids") {
       return Status::Invalid(at + "unknown key \"" + key +
-                             "\"; allowed: role, content, reasoning_content" + kFix);
+                             "\"; allowed: role, content, reasoning_content, ids" + kFix);
+    }
+    if (key == "ids") {
+      K3_ASSIGN_OR_RETURN(m.ids, ParseIds(value, at));
+      has_ids = true;
+      continue;
     }
     if (!value.is_string()) {
       return Status::Invalid(at + "\"" + key + "\" must be a string" + kFix);
@@ -96,6 +118,11 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
   if (!has_content) return Status::Invalid(at + "missing key \"content\"" + kFix);
   if (m.role != "system" && m.role != "user" && m.role != "assistant") {
     return Status::Invalid(at + "role \"" + m.role + "\": must be system, user or assistant" +
+                           kFix);
+  }
+  if (has_ids && m.role != "assistant") {
+    return Status::Invalid(at + "ids on a " + m.role +
+                           " message; only assistant messages carry the ids they were generated as" +
                            kFix);
   }
   if (has_reasoning && m.role != "assistant") {
@@ -140,6 +167,7 @@ std::string SerializeHistory(const std::vector<ChatMessage>& messages) {
   for (const ChatMessage& m : messages) {
     nlohmann::ordered_json line = {{"role", m.role}, {"content", m.content}};
     if (m.role == "assistant" && !m.reasoning.empty()) line["reasoning_content"] = m.reasoning;
+    if (m.role == "assistant" && !m.ids.empty()) line["ids"] = m.ids;
     // Messages are sanitised UTF-8; `replace` keeps a stray invalid byte from throwing.
     out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out += '\n';

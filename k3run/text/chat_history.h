@@ -2,8 +2,10 @@
 // history").
 //
 // Format: one JSON object per line, LF-terminated:
-//   {"role":"system"|"user"|"assistant","content":"…"[,"reasoning_content":"…"]}
-// reasoning_content only on assistant lines. Order: an optional system message first, then
+//   {"role":"system"|"user"|"assistant","content":"…"[,"reasoning_content":"…"][,"ids":[…]]}
+// reasoning_content and ids only on assistant lines; ids are the token ids the reply was
+// generated as (after the generation prompt, END token included), so a resumed conversation
+// renders exactly the tokens the model saw, whatever their text re-encodes to. Order: an optional system message first, then
 // user and assistant strictly alternating, starting with user (a transcript may end with a user
 // turn: the REPL resumes it).
 // Reading is strict; each rule names the file, the 1-based line and the byte offset where known:

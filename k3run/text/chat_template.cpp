@@ -73,6 +73,11 @@ void ChatTemplate::Close(std::string_view tag, std::vector<int32_t>* out) const 
 void ChatTemplate::Message(const ChatMessage& m, std::string_view attrs, const TemplateOptions& o,
                            std::vector<int32_t>* out) const {
   Open("message", attrs, out);
+  if (m.role == "assistant" && !m.ids.empty()) {
+    Open(o.thinking ? "think" : "response", "", out);
+    out->insert(out->end(), m.ids.begin(), m.ids.end());
+    return;
+  }
   if (m.role == "assistant") {
     if (o.thinking) {
       Open("think", "", out);
@@ -93,7 +98,7 @@ std::vector<int32_t> ChatTemplate::Render(const std::vector<ChatMessage>& messag
                                           const TemplateOptions& o, bool generation_prompt) const {
   std::vector<int32_t> out;
   if (o.thinking) {
-    ChatMessage effort{"system", std::string(kThinkingEffortBody) + o.effort + "`.", ""};
+    ChatMessage effort{"system", std::string(kThinkingEffortBody) + o.effort + "`.", "", {}};
     // One text segment: BPE merges across "=max" (upstream encodes it whole).
     Message(effort, " role=\"system\" type=\"thinking-effort\"", o, &out);
   }

@@ -11,6 +11,8 @@
 //                       whose body is kThinkingEffortBody with E = low|high|max
 //   generation prompt : open("message", ` role="assistant"`) then open("think"), or
 //                       open("response") with thinking off.
+//   assistant with ids: the generation prompt then the ids as generated (ChatMessage::ids), so
+//                       Render(messages + reply) extends exactly what the sequence was fed.
 // Control tokens are found by content in the tokenizer (never hard-coded ids: synthetic
 // checkpoints place them elsewhere). Text segments (tag, attrs, content, the effort body: each
 // one segment) are encoded with allow_special = false, so text such as "<|end_of_msg|>" typed
@@ -39,6 +41,9 @@ struct ChatMessage {
   std::string role;       // "system", "user" or "assistant"
   std::string content;
   std::string reasoning;  // assistant only; "" when none
+  // assistant only: the ids the reply was generated as (after the generation prompt). When
+  // present, Render emits the generation prompt then these ids, instead of re-encoding the text.
+  std::vector<int32_t> ids = {};
 };
 
 struct TemplateOptions {

@@ -182,7 +182,8 @@ TEST(K3runChat, ReplRunsTurnsResetsAndSavesHistory) {
   EXPECT_FALSE(r.stdout_writes.empty());
 
   // Resume with the same file, then /reset: only the system message is left.
-  const CliRun r2 = RunCliArgs({TinyPreparedDir(), "--chat", "--history", hist, "--gen", "2"},
+  const CliRun r2 = RunCliArgs({TinyPreparedDir(), "--chat", "--history", hist, "--gen", "2",
+                                "--no-think"},
                                Stdin({"again", "/reset"}));
   ASSERT_EQ(r2.exit_code, 0) << r2.stderr_text;
   EXPECT_TRUE(Has(r2.stderr_text, "conversation reset")) << r2.stderr_text;
@@ -208,7 +209,8 @@ TEST(K3runChat, GreedyChatTurnEqualsGreedyIdsOnTheRenderedPrompt) {
                                  tmp.Join("r.json")});
   ASSERT_EQ(chat.exit_code, 0) << chat.stderr_text;
   ASSERT_EQ(ids.exit_code, 0) << ids.stderr_text;
-  EXPECT_TRUE(Has(chat.stderr_text, "[" + std::to_string(prompt.size()) + " prompt ids]"))
+  EXPECT_TRUE(Has(chat.stderr_text, "[" + std::to_string(prompt.size()) + " new ids, " +
+                                        std::to_string(prompt.size()) + " of "))
       << chat.stderr_text;
   // The random tiny model does not follow the template, so the turn is stored as plain text:
   // the decoded non-control ids.
@@ -241,22 +243,34 @@ TEST(K3runChat, CorruptHistoryIsExit2NamingTheLine) {
   EXPECT_EQ(Slurp(hist), "{\"role\":\"user\",\"content\":\"a\",\"content\":\"b\"}\n");
 }
 
-TEST(K3runChat, TurnBeyondThePlannedContextIsDroppedNotRun) {
+TEST(K3runChat, MessageBeyondTheContextIsDroppedNotRun) {
   test::TempDir tmp;
   const std::string hist = tmp.Join("h.jsonl");
-  // --gen 8191 leaves one prompt position in the 8192-position chat context.
-  const CliRun r = RunCliArgs({TinyPreparedDir(), "--chat", "--gen", "8191", "--history", hist},
-                              Stdin({"hello"}));
+  // The rendered turn alone (thinking preamble, message, generation prompt) exceeds 40 positions.
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--chat", "--ctx", "40", "--gen", "4",
+                               "--history", hist},
+                              Stdin({"hello there, this message is long enough to overflow"}));
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
-  EXPECT_TRUE(Has(r.stderr_text, "planned positions; the message was dropped")) << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, "does not fit: 0 of the context's 40 positions are used; the "
+                                 "message was dropped: /reset"))
+      << r.stderr_text;
   EXPECT_TRUE(r.stdout_writes.empty());
   EXPECT_FALSE(std::filesystem::exists(hist));
 }
 
-TEST(K3runChat, GenAtTheChatContextIsExit2) {
-  const CliRun r = RunCliArgs({TinyPreparedDir(), "--chat", "--gen", "8192"}, Stdin({}));
+TEST(K3runChat, GenAtTheContextIsExit2) {
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--chat", "--ctx", "100", "--gen", "100"},
+                              Stdin({}));
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(Has(r.stderr_text, "--gen 8192: chat plans a context of 8192")) << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, "--gen 100 with --ctx 100: --gen must be below the context"))
+      << r.stderr_text;
+}
+
+// Without --ctx a chat reserves the largest default context the plan allows, and says so.
+TEST(K3runChat, DefaultContextIsPrinted) {
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--chat", "--gen", "2"}, Stdin({}));
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, "context: 32768 positions (--ctx)")) << r.stderr_text;
 }
 
 }  // namespace

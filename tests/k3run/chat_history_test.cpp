@@ -111,6 +111,42 @@ TEST(ChatHistory, ReasoningOnUserIsRejected) {
                       "reasoning_content on a user message");
 }
 
+TEST(ChatHistory, IdsOnUserIsRejected) {
+  ExpectLine2Rejected(R"({"role":"user","content":"a","ids":[1,2]})", "ids on a user message");
+}
+
+// Line 2 is an assistant reply with the given "ids" value.
+Status ParseAssistantIds(const std::string& ids) {
+  return ParseHistory("{\"role\":\"user\",\"content\":\"q\"}\n"
+                      "{\"role\":\"assistant\",\"content\":\"a\",\"ids\":" + ids + "}\n",
+                      "h.jsonl")
+      .status();
+}
+
+TEST(ChatHistory, IdsThatAreNotAnArrayAreRejected) {
+  const Status s = ParseAssistantIds("\"1,2\"");
+  EXPECT_EQ(s.code(), Code::kInvalid);
+  EXPECT_TRUE(Has(s.message(), "h.jsonl:2: \"ids\" must be an array")) << s.message();
+}
+
+TEST(ChatHistory, IdsOutsideTheTokenRangeAreRejected) {
+  for (const char* bad : {"[1,-1]", "[1,2.5]", "[2147483648]", "[\"7\"]"}) {
+    const Status s = ParseAssistantIds(bad);
+    EXPECT_EQ(s.code(), Code::kInvalid) << bad;
+    EXPECT_TRUE(Has(s.message(), "is not a token id in [0, 2147483647]")) << s.message();
+  }
+}
+
+TEST(ChatHistory, AssistantIdsRoundTrip) {
+  const std::vector<ChatMessage> m = {{"user", "q", ""}, {"assistant", "a", "", {5, 0, 2147483647}}};
+  const std::string text = SerializeHistory(m);
+  EXPECT_TRUE(Has(text, R"("ids":[5,0,2147483647])")) << text;
+  Result<std::vector<ChatMessage>> back = ParseHistory(text, "t");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)[1].ids, (std::vector<int32_t>{5, 0, 2147483647}));
+  EXPECT_TRUE((*back)[0].ids.empty());
+}
+
 TEST(ChatHistory, OverlongLineIsRejected) {
   const std::string line =
       "{\"role\":\"user\",\"content\":\"" + std::string(kMaxHistoryLineBytes, 'a') + "\"}";

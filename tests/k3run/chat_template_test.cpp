@@ -116,6 +116,22 @@ TEST(ChatTemplate, AssistantTurnCarriesThinkAndResponseChannels) {
   EXPECT_TRUE(Has(Tok().Decode(got), "`thinking_effort=low`."));
 }
 
+// A reply kept with the ids it was generated as renders as the generation prompt then exactly
+// those ids, so Render(history + reply) extends what the sequence was fed (DESIGN.md §11.3).
+TEST(ChatTemplate, ReplyWithIdsExtendsTheGenerationPromptExactly) {
+  const ChatTemplate t = Tmpl();
+  for (bool thinking : {true, false}) {
+    const TemplateOptions o{thinking, "max"};
+    const std::vector<int32_t> prompt = t.Render({{"user", "Hi", ""}}, o, true);
+    const std::vector<int32_t> generated = {7, 300, 12, t.ids().end_of_msg};
+    std::vector<int32_t> want = prompt;
+    want.insert(want.end(), generated.begin(), generated.end());
+    const std::vector<int32_t> got =
+        t.Render({{"user", "Hi", ""}, {"assistant", "ignored text", "", generated}}, o, false);
+    EXPECT_EQ(got, want) << "thinking " << thinking;
+  }
+}
+
 TEST(ChatTemplate, ThinkingOffDropsStoredReasoning) {
   const std::vector<ChatMessage> conv = {{"user", "Hi", ""},
                                          {"assistant", "Hello!", "SECRET-REASONING"}};

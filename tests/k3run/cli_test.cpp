@@ -195,7 +195,9 @@ TEST(K3runCli, MemoryPlanRefusalIsExit2WithNumbers) {
   io.mem_available = []() -> Result<uint64_t> { return uint64_t{4096}; };
   const CliRun r = RunCliArgs({TinyPreparedDir(), "--ids", "1,2,3", "--gen", "4"}, io);
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(Has(r.stderr_text, "memory plan refused: KV cache for 6 positions"))
+  EXPECT_TRUE(Has(r.stderr_text, "memory plan refused: weights held "))
+      << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, " for 6 positions + KDA states "))
       << r.stderr_text;
   EXPECT_TRUE(Has(r.stderr_text, "MemAvailable 0.000 GB")) << r.stderr_text;
   EXPECT_TRUE(r.stdout_writes.empty());

@@ -88,6 +88,15 @@ Result<std::unique_ptr<Engine>> Engine::Open(Env* env, const std::string& dir,
   return e;
 }
 
+std::unique_ptr<Engine> Engine::ForPrepared(prepared::PreparedDir prepared) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->env_ = Env::Default();
+  e->prepared_ = std::make_unique<prepared::PreparedDir>(std::move(prepared));
+  e->config_ = e->prepared_->manifest.config;
+  e->layers_ = e->config_.n_layers;
+  return e;
+}
+
 std::unique_ptr<Engine> Engine::WithSource(const ModelConfig& c, WeightSource* source,
                                            int layers, int64_t positions) {
   std::unique_ptr<Engine> e(new Engine());

@@ -114,6 +114,10 @@ class Engine {
   // kInvalid naming the file for a manifest that fails its sum (untrusted input, DESIGN.md §5).
   static Result<std::unique_ptr<Engine>> Open(Env* env, const std::string& prepared,
                                                const std::string& model_dir = "");
+  // An engine over a prepared directory the caller built in memory (tools that plan for a model
+  // that is not on disk, e.g. the released config): Plan works with a budget (streaming plans
+  // read no file); LoadWeights does not. No tokenizer.
+  static std::unique_ptr<Engine> ForPrepared(prepared::PreparedDir prepared);
   // An engine over a weight source the caller built (tests, tools): no plan, no tokenizer;
   // sequences hold `positions`.
   static std::unique_ptr<Engine> WithSource(const ModelConfig& c, WeightSource* source,

@@ -77,4 +77,8 @@ void RouterLogits(const Matrix& w, const float* x, double* out) {
   });
 }
 
+void RouterLogitsOnThisThread(const Matrix& w, const float* x, double* out) {
+  RouterRowsFor(ActiveIsa())(w, x, out, 0, w.rows);
+}
+
 }  // namespace k3::kernels

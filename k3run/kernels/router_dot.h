@@ -42,5 +42,9 @@ namespace k3::kernels {
 
 // w: BF16 or F32 [rows][cols] (validated by the caller); out [rows].
 void RouterLogits(const Matrix& w, const float* x, double* out);
+// The same sums, same bits, on the calling thread only: for callers that spread independent
+// products over the compute threads themselves (MLA's scores over the latent cache, a head per
+// thread: k3run/ops/mla.h). Safe to call from inside ParallelChunks.
+void RouterLogitsOnThisThread(const Matrix& w, const float* x, double* out);
 
 }  // namespace k3::kernels

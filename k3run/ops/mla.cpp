@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
 #include "k3run/ops/math.h"
 #include "k3run/ops/norm.h"
@@ -30,57 +31,66 @@ kernels::Matrix RowSlice(const kernels::Matrix& w, int64_t row0, int64_t rows) {
 // Step 2's W_UK[h]ᵀ for every head, [H][c][n], in kv_b_proj's own dtype: a transposition copies
 // element values, so the MatMul below sees exactly the weights of kv_b_proj.
 struct AbsorbedKeys {
-  std::vector<uint8_t> bytes;
+  std::vector<float> f32;      // kv_b_proj F32
+  std::vector<uint16_t> bf16;  // kv_b_proj BF16
   kernels::Matrix Head(const kernels::Matrix& kvb, int64_t h, int64_t c, int64_t n) const {
-    const size_t elem = kvb.type == kernels::WeightType::kF32 ? 4 : 2;
-    return kernels::Matrix{kvb.type, c, n, bytes.data() + static_cast<size_t>(h * c * n) * elem,
-                           nullptr};
+    const void* data = kvb.type == kernels::WeightType::kF32
+                           ? static_cast<const void*>(f32.data() + h * c * n)
+                           : static_cast<const void*>(bf16.data() + h * c * n);
+    return kernels::Matrix{kvb.type, c, n, data, nullptr};
   }
 };
 
-AbsorbedKeys TransposeKeys(const kernels::Matrix& kvb, const Dims& d) {
-  const int64_t H = d.n_heads, n = d.qk_nope, c = d.kv_lora, stride = d.kv_head();
-  const size_t elem = kvb.type == kernels::WeightType::kF32 ? 4 : 2;
-  AbsorbedKeys k;
-  k.bytes.resize(static_cast<size_t>(H * c * n) * elem);
-  const auto* src = static_cast<const uint8_t*>(kvb.data);
+template <typename Elem>
+void TransposeHeads(const Elem* src, int64_t H, int64_t n, int64_t c, int64_t stride, Elem* dst) {
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* row = src + static_cast<size_t>((h * stride + i) * c) * elem;
-      uint8_t* dst = k.bytes.data() + static_cast<size_t>(h * c * n + i) * elem;
-      for (int64_t j = 0; j < c; ++j) {
-        std::memcpy(dst + static_cast<size_t>(j * n) * elem, row + static_cast<size_t>(j) * elem,
-                    elem);
-      }
+      const Elem* row = src + (h * stride + i) * c;
+      Elem* out = dst + h * c * n + i;
+      for (int64_t j = 0; j < c; ++j) out[j * n] = row[j];
     }
+  }
+}
+
+AbsorbedKeys TransposeKeys(const kernels::Matrix& kvb, const Dims& d) {
+  const int64_t H = d.n_heads, n = d.qk_nope, c = d.kv_lora, stride = d.kv_head();
+  AbsorbedKeys k;
+  if (kvb.type == kernels::WeightType::kF32) {
+    k.f32.resize(static_cast<size_t>(H * c * n));
+    TransposeHeads(static_cast<const float*>(kvb.data), H, n, c, stride, k.f32.data());
+  } else {
+    k.bf16.resize(static_cast<size_t>(H * c * n));
+    TransposeHeads(static_cast<const uint16_t*>(kvb.data), H, n, c, stride, k.bf16.data());
   }
   return k;
 }
 
+// ō += p · row, element by element in fp32 (a product, then a sum); restrict lets the compiler
+// vectorise over j, which changes no element's operations.
+void AddScaledRow(float p, const float* __restrict row, int64_t c, float* __restrict o) {
+  for (int64_t j = 0; j < c; ++j) o[j] += p * row[j];
+}
+
 // Steps 3–5 for head h and rows [0, T): ō[h][t] from q̃[h][t], the rope query and the cache.
-// `score` holds len + T floats and belongs to the calling thread.
+// The scores are the router kernel's double sums (kernels/router_dot.h: one double accumulator
+// per cached position, terms in ascending index) of the query [q̃_h ‖ q_rope] against each cache
+// row [latent ‖ k_rope]: latent terms, then rope terms, as step 3 says. `query` (c + r floats),
+// `acc` (len + T doubles) and `score` (len + T floats) belong to the calling thread.
 void AttendHead(const Dims& d, int64_t h, int64_t T, int64_t p0, const float* q,
-                const float* qt, const MlaCache& cache, float scale, float* score, float* obar) {
+                const float* qt, const MlaCache& cache, float scale, float* query, double* acc,
+                float* score, float* obar) {
   const int64_t H = d.n_heads, n = d.qk_nope, r = d.qk_rope, qh = d.qk_head(), c = d.kv_lora;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t len = p0 + t + 1;  // causal: s ≤ the row's position
-    const float* qa = qt + (h * T + t) * c;             // q̃_h, [c]
-    const float* qr = q + (t * H + h) * qh + n;          // the rope query, [r]
-    for (int64_t s = 0; s < len; ++s) {
-      const float* lat = cache.row(s);
-      double acc = 0.0;
-      for (int64_t j = 0; j < c; ++j) acc += double(qa[j]) * double(lat[j]);
-      for (int64_t i = 0; i < r; ++i) acc += double(qr[i]) * double(lat[c + i]);
-      score[s] = static_cast<float>(acc) * scale;
-    }
+    std::memcpy(query, qt + (h * T + t) * c, size_t(c) * 4);          // q̃_h
+    std::memcpy(query + c, q + (t * H + h) * qh + n, size_t(r) * 4);  // the rope query
+    const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, cache.data.data(), nullptr};
+    kernels::RouterLogitsOnThisThread(keys, query, acc);
+    for (int64_t s = 0; s < len; ++s) score[s] = static_cast<float>(acc[s]) * scale;
     Softmax(score, len, score);
     float* o = obar + (h * T + t) * c;
     for (int64_t j = 0; j < c; ++j) o[j] = 0.0f;
-    for (int64_t s = 0; s < len; ++s) {
-      const float p = score[s];
-      const float* lat = cache.row(s);
-      for (int64_t j = 0; j < c; ++j) o[j] += p * lat[j];
-    }
+    for (int64_t s = 0; s < len; ++s) AddScaledRow(score[s], cache.row(s), c, o);
   }
 }
 
@@ -148,12 +158,16 @@ Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, M
   // 3.–5. heads claimed one at a time by the compute threads, one score buffer per thread
   const float scale = 1.0f / std::sqrt(static_cast<float>(qh));
   const int threads = std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H)));
-  std::vector<float> score = Buf(threads * (p0 + T)), obar = Buf(H * T * c);
+  const int64_t len = p0 + T, width = cache->width;
+  std::vector<float> score = Buf(threads * (len + width)), obar = Buf(H * T * c);
+  std::vector<double> acc(static_cast<size_t>(threads * len));
   std::atomic<int64_t> next_head{0};
   kernels::ParallelChunks(threads, threads, [&](int64_t chunk) {
-    float* mine = score.data() + chunk * (p0 + T);
+    float* mine = score.data() + chunk * (len + width);
+    double* sums = acc.data() + chunk * len;
     for (int64_t h = next_head++; h < H; h = next_head++) {
-      AttendHead(d, h, T, p0, q.data(), qt.data(), *cache, scale, mine, obar.data());
+      AttendHead(d, h, T, p0, q.data(), qt.data(), *cache, scale, mine + len, sums, mine,
+                 obar.data());
     }
   });
 

@@ -21,7 +21,7 @@ uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions, int th
       + uint64_t(c.topk) * uint64_t(3 * c.latent + 2 * c.moe_inter) + uint64_t(c.latent) * 3  // MoE
       + ffn * 3;                                                 // dense / shared GLU
   const uint64_t per_pass =
-      uint64_t(std::max(threads, 1)) * uint64_t(std::max<int64_t>(positions, 1))  // MLA scores
+      3 * uint64_t(std::max(threads, 1)) * uint64_t(std::max<int64_t>(positions, 1))  // scores
       + H * lat * uint64_t(c.qk_nope)                             // W_UK transposed (fp32 bound)
       + 3 * uint64_t(c.vocab);                                    // logits, a head chunk, sampler
   return 4 * (t * per_row + per_pass);

@@ -36,7 +36,7 @@ MemoryPlan PlanMemory(const ModelConfig& c, int layers, int64_t positions, uint6
 
 // An upper bound of the fp32 activations a pass of T rows allocates at once: the residual
 // stream and attention-residual snapshots, the MLA projections (q, q̃, ō), one score buffer of
-// `positions` floats per thread and the transposed W_UK, the KDA projections, the MoE buffers
+// `positions` floats and doubles per thread and the transposed W_UK, the KDA projections, the MoE buffers
 // ([T][top-k][latent] slots, gathered expert rows, shared expert), the dense FFN, and the logits.
 uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions, int threads = 1);
 

@@ -37,9 +37,9 @@ TEST(ScratchBytes, GrowsWithRowsAndPositionsAndCoversTheLogits) {
   EXPECT_EQ(ScratchBytes(*c, 8, 10) - one, 7 * per_row);
   EXPECT_GT(per_row, 4u * uint64_t(c->hidden));
   EXPECT_GT(ScratchBytes(*c, 1, 1000), one);
-  // MLA scores: one buffer of `positions` floats per thread, not per row.
-  EXPECT_EQ(ScratchBytes(*c, 1, 1000, 2) - ScratchBytes(*c, 1, 1000, 1), 4u * 1000u);
-  EXPECT_EQ(ScratchBytes(*c, 5, 1000, 2) - ScratchBytes(*c, 5, 1000, 1), 4u * 1000u);
+  // MLA scores: one buffer of `positions` floats and doubles per thread, not per row.
+  EXPECT_EQ(ScratchBytes(*c, 1, 1000, 2) - ScratchBytes(*c, 1, 1000, 1), 12u * 1000u);
+  EXPECT_EQ(ScratchBytes(*c, 5, 1000, 2) - ScratchBytes(*c, 5, 1000, 1), 12u * 1000u);
 }
 
 // The released config (reference-data: 24 MLA layers of 69 + 24, kv_lora 512, rope 64): 2,304 B

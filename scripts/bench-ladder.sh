@@ -72,13 +72,16 @@ drop_caches() {
   if [[ -w /proc/sys/vm/drop_caches ]]; then echo 3 > /proc/sys/vm/drop_caches; fi
 }
 
-# The minimum total budget, from the plan's own refusal ("give --budget-gb X or more").
-min_gb=$( ("$k3run" "$prepared" --ids 1 --gen 1 --budget-gb 0.000001 --no-floor --quiet 2>&1 || true) \
+prompt_ids="1,2,3,4,5,6,7,8"
+# The minimum total budget for this very run (the budget is TOTAL: it also pays for the latent
+# caches of prompt + gen positions, the KDA states and scratch), from the plan's own refusal
+# ("give --budget-gb X or more").
+min_gb=$( ("$k3run" "$prepared" --ids "$prompt_ids" --gen "$gen" --threads "$threads" \
+           --budget-gb 0.000001 --no-floor --quiet 2>&1 || true) \
          | grep -o 'give --budget-gb [0-9.]*' | head -1 | awk '{print $3}')
 [[ -n $min_gb ]] || { echo "bench-ladder: could not read the minimum budget from k3run" >&2; exit 1; }
 echo "minimum total budget: $min_gb GB"
 
-prompt_ids="1,2,3,4,5,6,7,8"
 IFS=, read -ra rung_list <<< "$rungs"
 for rung in "${rung_list[@]}"; do
   case "$rung" in

@@ -128,6 +128,7 @@ json StepsJson(const std::vector<StepRecord>& steps) {
   for (const StepRecord& s : steps) {
     out.push_back(json{{"index", s.index},
                        {"tokens_in", s.tokens_in},
+                       {"mla_seconds", s.mla_seconds},
                        {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
                        {"seconds", s.seconds},
                        {"tokens_per_s", s.seconds > 0 ? json(double(s.tokens_in) / s.seconds)
@@ -256,6 +257,8 @@ std::string RenderReportJson(const RunReport& r) {
       {"totals", TotalsJson(r)},
       {"memory_plan",
        json{{"positions", r.plan.positions},
+            {"chunk", r.plan.chunk},
+            {"budget_bytes", r.plan.budget},
             {"kv_cache_bytes", r.plan.kv_cache_bytes},
             {"state_bytes", r.plan.state_bytes},
             {"scratch_bytes", r.plan.scratch_bytes},

@@ -51,6 +51,7 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
       rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V);
     }
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rec.mla_seconds = pass.mla_seconds;
     rec.bytes = pass.bytes;
     rec.source = pass.source;
     out.steps.push_back(rec);

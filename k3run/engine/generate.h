@@ -37,6 +37,7 @@ struct StepRecord {
   int64_t tokens_in = 0;  // rows fed this step
   int32_t token = -1;     // chosen token; −1 for a prefill-only run (gen 0)
   double seconds = 0;     // the pass + choosing the token
+  double mla_seconds = 0; // of which in MLA attention
   ReadCounters bytes;     // read during this step
   SourceCounters source;  // expert requests/hits and I/O time during this step
 };

@@ -2,6 +2,7 @@
 #include "k3run/engine/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "k3run/engine/expert_waves.h"
@@ -108,10 +109,13 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
   }
   K3_RETURN_IF_ERROR(ops::BeginLayer(L, w, dims_, h, T, blocks, s));
   int64_t first = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (const Segment& seg : segments) {
     K3_RETURN_IF_ERROR(ops::LayerAttention(L, w, dims_, first, seg.n, state_of(seg), s));
     first += seg.n;
   }
+  const double attention = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (w.is_mla ? mla_seconds_ : kda_seconds_) += attention;
   ops::MlpInput(w, dims_, *blocks, h, T, s);
   if (w.is_dense) {
     // The next (MoE) layer's likely experts can load while the dense FFN computes.

@@ -65,6 +65,10 @@ class Model {
   const ModelConfig& config() const { return config_; }
   // (token, expert) pairs skipped because an expert could not be read, over all Forward calls.
   int64_t experts_skipped() const { return stats_.experts_skipped; }
+  // Wall seconds spent in the attention of MLA layers and of KDA layers, over all passes (the
+  // benchmarks' "MLA share" of a prefill).
+  double mla_seconds() const { return mla_seconds_; }
+  double kda_seconds() const { return kda_seconds_; }
 
  private:
   Status RunLayer(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
@@ -79,6 +83,7 @@ class Model {
   WeightSource* weights_;
   int layers_;
   ops::MoeStats stats_;
+  double mla_seconds_ = 0, kda_seconds_ = 0;
 };
 
 }  // namespace k3::run

@@ -75,6 +75,7 @@ struct StepResult {
   std::vector<float> logits;       // the rows asked for, input by input, [rows][vocab]
   std::vector<int64_t> first_row;  // per input: its first row in `logits`
   double seconds = 0;              // the pass's wall time
+  double mla_seconds = 0;          // of which in MLA attention (scores, softmax, weighted sums)
   ReadCounters bytes;              // read during the pass
   SourceCounters source;           // expert requests, hits and I/O time during the pass
   const float* LogitsOf(size_t input, int64_t vocab) const {

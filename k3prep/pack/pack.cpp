@@ -16,6 +16,7 @@
 #include "formats/experts_index.h"
 #include "formats/prepared_layout.h"
 #include "k3prep/pack/journal.h"
+#include "k3prep/pack/manifest.h"
 #include "k3prep/pack/output.h"
 #include "k3prep/pack/pipeline.h"
 #include "k3prep/pack/plan.h"
@@ -91,60 +92,37 @@ Result<std::vector<std::string>> CheckOptions(Env* env, PackOptions* o) {
 }
 
 // Files written after the streams, whole: experts.idx and the tokenizer copies (under
-// temporary names, appended to *finals), with their manifest entries.
-struct SmallFiles {
-  std::vector<prepared::Region> regions;
-  std::vector<prepared::FileEntry> files;
-};
-
-Result<SmallFiles> WriteSmallFiles(Env* env, const PackOptions& o, const Plan& plan,
-                                   PackStats* stats, std::vector<std::string>* finals) {
-  SmallFiles out;
+// temporary names, appended to *finals), with their manifest entries (in *parts).
+Status WriteSmallFiles(Env* env, const PackOptions& o, const Plan& plan, PackStats* stats,
+                       std::vector<std::string>* finals, ManifestParts* parts) {
   auto add = [&](const std::string& rel, const std::string& bytes) -> Status {
     const std::string path = JoinPath(o.out, rel);
     K3_RETURN_IF_ERROR(WriteSmallTemp(env, path, bytes, stats));
     finals->push_back(path);
-    out.regions.push_back(WholeFileRegion(rel, bytes));
-    out.files.push_back(prepared::FileEntry{rel, bytes.size()});
+    parts->small_regions.push_back(WholeFileRegion(rel, bytes));
+    parts->small_files.push_back(prepared::FileEntry{rel, bytes.size()});
     return Status::Ok();
   };
-  prepared::ExpertsIndex idx;
-  idx.n_layers = static_cast<uint32_t>(plan.config.n_layers);
-  idx.first_moe_layer = static_cast<uint32_t>(plan.config.first_dense);
-  idx.n_experts = static_cast<uint32_t>(plan.config.n_experts);
-  for (const prepared::FileEntry& f : plan.expert_files) idx.files.push_back(f.path);
-  idx.records = plan.records;
-  K3_RETURN_IF_ERROR(
-      add(std::string(prepared::kExpertsIndexFile), prepared::EncodeExpertsIndex(idx)));
+  K3_RETURN_IF_ERROR(add(std::string(prepared::kExpertsIndexFile),
+                         prepared::EncodeExpertsIndex(
+                             MakeExpertsIndex(plan.config, plan.expert_files, plan.records))));
   for (const std::string& name : plan.tokenizer_files) {
     K3_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(env, JoinPath(o.model_dir, name)));
     K3_RETURN_IF_ERROR(add(std::string(prepared::kTokenizerDir) + "/" + name, bytes));
   }
-  return out;
+  return Status::Ok();
 }
 
 // k3.json of the finished pack, validated.
 Result<prepared::Manifest> MakeManifest(const PackOptions& o, const Plan& plan,
-                                        const SmallFiles& small) {
+                                        const ManifestParts& parts) {
   for (size_t e = 0; e < plan.expert_hashed.size(); ++e) {
     if (!plan.expert_hashed[e]) {
       return Status::Io("internal: expert record " + std::to_string(e) +
                         " was never hashed (please report)");
     }
   }
-  prepared::Manifest m;
-  m.config = plan.config;
-  m.source = plan.source;
-  m.experts_mode = o.experts;
-  m.files = {prepared::FileEntry{std::string(prepared::kTrunkFile), plan.layout.trunk_bytes},
-             prepared::FileEntry{std::string(prepared::kResidentFile), plan.layout.resident_bytes}};
-  m.files.insert(m.files.end(), small.files.begin(), small.files.end());
-  m.expert_files = plan.expert_files;
-  m.runs = plan.layout.runs;
-  m.regions = plan.regions;
-  m.regions.insert(m.regions.end(), small.regions.begin(), small.regions.end());
-  K3_RETURN_IF_ERROR(prepared::ValidateManifest(m, "k3.json being written"));
-  return m;
+  return AssembleManifest(plan.config, plan.source, o.experts, parts);
 }
 
 // Renames every output to its final name, writes k3.json and k3.sum, fsyncs the directories
@@ -235,8 +213,9 @@ Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
   for (const Stream& st : plan.streams) {
     if (!st.final_path.empty()) finals.push_back(st.final_path);
   }
-  K3_ASSIGN_OR_RETURN(const SmallFiles small, WriteSmallFiles(env, o, plan, &stats, &finals));
-  K3_ASSIGN_OR_RETURN(result.manifest, MakeManifest(o, plan, small));
+  ManifestParts parts{&plan.layout, &plan.regions, &plan.expert_files, {}, {}};
+  K3_RETURN_IF_ERROR(WriteSmallFiles(env, o, plan, &stats, &finals, &parts));
+  K3_ASSIGN_OR_RETURN(result.manifest, MakeManifest(o, plan, parts));
   K3_RETURN_IF_ERROR(Publish(env, o, result.manifest, finals, dirs, journal_path));
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

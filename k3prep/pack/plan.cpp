@@ -158,10 +158,9 @@ void PlanCopyExpertStreams(const st::CheckpointIndex& index, Plan* plan,
                            const std::vector<std::string>& stripe_dirs, const std::string& out) {
   const ModelConfig& c = plan->config;
   const prepared::ExpertPlan ep = prepared::PlanCopyExperts(c, stripe_dirs);
-  const auto sub_sizes = prepared::ExpertSubSizes(c);
+  PlaceCopyExperts(c, ep, &plan->expert_files, &plan->records);
   const size_t first_stream = plan->streams.size();
   for (size_t f = 0; f < ep.files.size(); ++f) {
-    plan->expert_files.push_back(prepared::FileEntry{ep.files[f], ep.file_sizes[f]});
     Stream s;
     s.final_path = stripe_dirs.empty() ? JoinPath(out, ep.files[f]) : ep.files[f];
     s.size = ep.file_sizes[f];
@@ -173,7 +172,6 @@ void PlanCopyExpertStreams(const st::CheckpointIndex& index, Plan* plan,
       const prepared::ExpertSlot& slot = ep.slots[rec];
       Stream& s = plan->streams[first_stream + slot.file_id];
       s.label = "experts";
-      plan->records[rec] = prepared::MakeExpertRecord(slot.file_id, slot.offset, sub_sizes, 0);
       uint64_t dst = slot.offset;
       for (int sub = 0; sub < prepared::kExpertSubCount; ++sub) {
         const st::CheckpointIndex::Location* loc = index.Find(prepared::ExpertTensorName(layer, e, sub));
@@ -233,6 +231,20 @@ Status LoadSourceInfo(Env* env, const PackOptions& o, const st::CheckpointIndex&
 }
 
 }  // namespace
+
+void PlaceCopyExperts(const ModelConfig& c, const prepared::ExpertPlan& ep,
+                      std::vector<prepared::FileEntry>* files,
+                      std::vector<prepared::ExpertRecord>* records) {
+  const auto sub_sizes = prepared::ExpertSubSizes(c);
+  for (size_t f = 0; f < ep.files.size(); ++f) {
+    files->push_back(prepared::FileEntry{ep.files[f], ep.file_sizes[f]});
+  }
+  records->resize(ep.slots.size());
+  for (size_t rec = 0; rec < ep.slots.size(); ++rec) {
+    const prepared::ExpertSlot& slot = ep.slots[rec];
+    (*records)[rec] = prepared::MakeExpertRecord(slot.file_id, slot.offset, sub_sizes, 0);
+  }
+}
 
 Result<Plan> MakePlan(Env* env, const PackOptions& o, const std::vector<std::string>& stripe_abs) {
   if (!env->IsDirectory(o.model_dir)) {

@@ -89,6 +89,12 @@ struct Window {
 // packed in o.experts mode; kIntegrity when a shard's size contradicts the download manifest.
 Result<Plan> MakePlan(Env* env, const PackOptions& o, const std::vector<std::string>& stripe_abs);
 
+// Copy mode's experts.idx path table (with file sizes) and records (hashes zero), as
+// PlanCopyExperts places them; shared by MakePlan and PreparedForTensors (k3prep/pack/manifest.h).
+void PlaceCopyExperts(const ModelConfig& c, const prepared::ExpertPlan& ep,
+                      std::vector<prepared::FileEntry>* files,
+                      std::vector<prepared::ExpertRecord>* records);
+
 // The windows (at most window_bytes each) covering every unit not marked reused, in stream
 // and offset order.
 std::vector<Window> MakeWindows(const Plan& plan, uint64_t window_bytes);

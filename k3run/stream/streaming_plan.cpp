@@ -52,8 +52,11 @@ uint64_t StreamingPlan::bytes() const {
 std::string StreamingPlan::Describe() const {
   std::string s = "streaming plan: trunk budget " + FormatGb(trunk_budget) + " (" +
                   std::to_string(pinned.size()) + " layers pinned, " + FormatGb(pinned_bytes) +
-                  "; ring " + std::to_string(ring_slots) + " × " + FormatGb(ring_slot_bytes) +
-                  ", read ahead by a reader thread), expert cache " +
+                  (ring_slots == 0 ? std::string("; no ring: every layer is pinned")
+                                   : "; ring " + std::to_string(ring_slots) + " × " +
+                                         FormatGb(ring_slot_bytes) +
+                                         ", read ahead by a reader thread") +
+                  "), expert cache " +
                   std::to_string(expert_slots) + " slots × " +
                   std::to_string(expert_slot_bytes) + " B (" + CachePolicyName(policy) +
                   "), lm_head " + (lm_head_held ? "held (" + FormatGb(lm_head_bytes) + ")"

@@ -41,7 +41,7 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
     rec.index = s;
     rec.tokens_in = static_cast<int64_t>(in.ids.size());
     if (o.gen > 0) {
-      rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V);
+      rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V, all);
     }
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rec.bytes = pass.bytes;
@@ -57,6 +57,7 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
       out.stopped_by_id = true;
       break;
     }
+    if (o.stop_requested && o.stop_requested()) break;
   }
   return out;
 }

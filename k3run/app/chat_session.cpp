@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "k3run/app/chat_display.h"
+#include "k3run/app/interrupt.h"
 #include "k3run/engine/stop_rules.h"
 #include "k3run/text/chat_history.h"
 #include "k3run/text/utf8.h"
@@ -135,6 +136,8 @@ class Session {
     seq_->Reset();
     seq_->sampler() = Sampler(o_.sampling, o_.seed, turn_ + 1);
     ++turn_;
+    ClearInterrupt();  // a Ctrl-C from here on stops this answer
+    g.stop_requested = [] { return Interrupted(); };
     ChatDisplay display(tok_, tmpl_, {o_.tmpl.thinking, o_.hide_thinking, o_.terminal},
                         io_.write_stdout);
     auto on_step = [&](const StepRecord& s, const float*) -> Status {
@@ -142,6 +145,7 @@ class Session {
     };
     K3_ASSIGN_OR_RETURN(GenerateResult r, Generate(engine_, seq_.get(), g, on_step));
     K3_RETURN_IF_ERROR(display.Finish());
+    if (Interrupted()) Note("[answer stopped by Ctrl-C; Ctrl-C again to leave]\n");
     if (o_.progress) Note(TurnRateLine(r) + "\n");
     Result<Completion> parsed = tmpl_.Parse(r.generated, o_.tmpl.thinking);
     ChatMessage reply{"assistant", "", ""};

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "k3run/text/chat_template.h"
 #include "k3run/stream/cache_trace.h"
 #include "k3run/app/floor.h"
+#include "k3run/app/interrupt.h"
 #include "k3run/app/prepared_path.h"
 #include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
@@ -99,7 +101,10 @@ std::optional<std::string> ReadLineFd0() {
   char ch = 0;
   while (true) {
     const ssize_t n = ::read(0, &ch, 1);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) {
+      if (Interrupted()) WriteStderr("\n(Ctrl-C again, /exit or Ctrl-D to leave)\n> ");
+      continue;
+    }
     if (n <= 0) return line.empty() ? std::nullopt : std::optional<std::string>(line);
     if (ch == '\n') return line;
     line += ch;
@@ -377,11 +382,15 @@ uint64_t ChooseSeed(const RunOptions& o) {
                                               std::random_device{}();
   if (!o.output.quiet) {
     const SamplerOptions& so = o.sampling;
-    LogInfo("sampler: PCG32 seed " + std::to_string(seed) + ", temperature " +
-            std::to_string(so.effective_temperature()) + ", top-k " +
-            std::to_string(so.top_k.value_or(0)) + ", top-p " +
-            std::to_string(so.top_p.value_or(1.0)) + ", min-p " +
-            std::to_string(so.min_p.value_or(0.0)));
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "sampler: PCG32 seed %llu, temperature %g, top-k %lld, top-p %g, min-p %g, "
+                  "repeat-penalty %g, presence %g, frequency %g over the last %lld ids",
+                  static_cast<unsigned long long>(seed), so.effective_temperature(),
+                  static_cast<long long>(so.top_k.value_or(0)), so.top_p.value_or(1.0),
+                  so.min_p.value_or(0.0), so.repeat_penalty, so.presence_penalty,
+                  so.frequency_penalty, static_cast<long long>(so.repeat_last_n));
+    LogInfo(line);
   }
   return seed;
 }
@@ -489,7 +498,7 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   g.recompute = o.recompute;
   g.stop_ids = StopIds(*engine, o);
   ShownText shown(tokenizer, o, terminal, out);
-  g.stop_requested = [&shown] { return shown.stopped(); };
+  g.stop_requested = [&shown] { return shown.stopped() || Interrupted(); };
   PromptRun run;
   if (tokenizer) run.text.emplace();
   const bool step_lines = o.verbose && !o.output.quiet;
@@ -504,6 +513,12 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
   K3_RETURN_IF_ERROR(shown.Finish());
   run.stop_reason = StopReason(o, run, shown.stopped());
+  if (Interrupted() && run.stop_reason == "gen" &&
+      static_cast<int64_t>(run.result.generated.size()) < o.gen) {
+    run.stop_reason = "interrupted";
+    LogWarn("interrupted (Ctrl-C): stopped after " +
+            std::to_string(run.result.generated.size()) + " tokens");
+  }
   if (dump) K3_RETURN_IF_ERROR(dump->Finish());
   return run;
 }
@@ -834,6 +849,8 @@ int K3runMain(int argc, char** argv, const CliIo& io) {
         throw CLI::Success();
       },
       "print the memory presets and exit");
+  // Only the real process handles Ctrl-C (an in-process host keeps its own handler).
+  if (!io.write_stdout) InstallInterruptHandler();
   return RunCli(app, argc, argv, [&] { return RunK3run(o, io); });
 }
 

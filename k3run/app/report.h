@@ -3,7 +3,7 @@
 // JSON (format "k3run-report", version 1): prepared, layers_run, n_layers, is_full_model (false
 // with --layers N < n_layers: the numbers are NOT the model's), mode, isa, threads,
 // prompt_ids, generated_ids (authoritative), generated_text (decoded bytes, invalid UTF-8 →
-// U+FFFD; null without a tokenizer), stop_reason (gen | end-token | stop-id | stop-string), steps [{index, tokens_in, token (null for a
+// U+FFFD; null without a tokenizer), stop_reason (gen | end-token | stop-id | stop-string | interrupted), steps [{index, tokens_in, token (null for a
 // prefill-only step), seconds, tokens_per_s, bytes_read {trunk, experts, embedding, lm_head, head,
 // prefetch_unused, total}, expert_requests, expert_hits, expert_hit_rate (null without requests),
 // expert_guesses, expert_guesses_used, io_busy_s, io_wait_s}], totals {seconds,

@@ -3,6 +3,7 @@
 // messages for a PREPARED that is missing, a checkpoint, or an unfinished pack.
 #include <fcntl.h>
 #include <pty.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -113,6 +114,49 @@ TEST(K3runTerminal, VerboseAddsStepLines) {
   ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
   EXPECT_TRUE(Has(r.stderr_text, "step 0 (prefill")) << r.stderr_text;
   EXPECT_FALSE(Has(r.terminal, "step ")) << r.terminal;
+}
+
+// Starts k3run with stdout and stderr to files; returns its pid.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int in = ::open("/dev/null", O_RDONLY);
+    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(in, 0);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    std::vector<std::string> owned = {K3runBinary()};
+    owned.insert(owned.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : owned) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+TEST(K3runInterrupt, CtrlCEndsAPromptRunWithItsReport) {
+  test::TempDir tmp;
+  const std::string report = tmp.Join("r.json"), err = tmp.Join("err.txt");
+  // Far more tokens than the run can make before the signal: it only ends by Ctrl-C.
+  const pid_t pid = Spawn({TinyPreparedDir(), "--prompt", "hi", "--gen", "50000", "--ignore-eos",
+                           "--no-floor", "--out", report},
+                          tmp.Join("out.txt"), err);
+  ASSERT_GT(pid, 0);
+  // Wait for the plan line: the handler is installed long before it.
+  for (int i = 0; i < 6000 && !Has(test::ReadWholeFile(err), "plan: "); ++i) ::usleep(10000);
+  ::usleep(200000);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by the signal: " << test::ReadWholeFile(err);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << test::ReadWholeFile(err);
+  const nlohmann::json j = nlohmann::json::parse(test::ReadWholeFile(report));
+  EXPECT_EQ(j["stop_reason"], "interrupted");
+  EXPECT_LT(j["generated_ids"].size(), 50000u);
+  EXPECT_TRUE(Has(test::ReadWholeFile(err), "interrupted (Ctrl-C)"));
 }
 
 TEST(K3runStdin, PromptFileDashAndDevStdinReadThePipe) {

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
+#include <optional>
+
 #include "k3run/app/chat_display.h"
 #include "k3run/engine/session.h"
 #include "k3run/engine/stop_rules.h"
@@ -143,6 +146,29 @@ TEST(ChatDisplay, ThinkingIsMarkedDimmedOrHidden) {
   EXPECT_EQ(Display(*e, {true, false, false}), "<think>\nwhy\n</think>\nyes\n");
   EXPECT_EQ(Display(*e, {true, false, true}), "\x1b[2mwhy\x1b[0m\nyes\n");
   EXPECT_EQ(Display(*e, {true, true, false}), "yes\n");
+}
+
+CliIo OneLine(const std::string& line) {
+  auto left = std::make_shared<bool>(true);
+  CliIo io;
+  io.read_line = [left, line]() -> std::optional<std::string> {
+    if (!*left) return std::nullopt;
+    *left = false;
+    return line;
+  };
+  return io;
+}
+
+TEST(K3runChatOutput, ThinkingMarkedOrHiddenAndTheTurnRateOnStderr) {
+  const CliRun shown = RunCliArgs({TinyPreparedDir(), "--chat", "--gen", "6"}, OneLine("hi"));
+  ASSERT_EQ(shown.exit_code, 0) << shown.stderr_text;
+  EXPECT_EQ(shown.stdout_text().rfind("<think>\n", 0), 0u) << shown.stdout_text();
+  EXPECT_NE(shown.stderr_text.find("[prompt "), std::string::npos) << shown.stderr_text;
+  EXPECT_NE(shown.stderr_text.find(" tokens, decode "), std::string::npos) << shown.stderr_text;
+  const CliRun hidden =
+      RunCliArgs({TinyPreparedDir(), "--chat", "--gen", "6", "--hide-thinking"}, OneLine("hi"));
+  ASSERT_EQ(hidden.exit_code, 0) << hidden.stderr_text;
+  EXPECT_EQ(hidden.stdout_text().find("<think>"), std::string::npos) << hidden.stdout_text();
 }
 
 // --- --help, the default summary ------------------------------------------------------------

@@ -90,6 +90,9 @@ int Main(int argc, char** argv) {
   app.set_version_flag("--version", "k3prep 0.1.0");
   SynthFlags synth_flags;
   OutputOptions out;
+  // --quiet and --progress before the subcommand too (DESIGN-NOTES "Progress"): each command
+  // falls back to these when it was not given its own.
+  AddOutputFlags(&app, &out);
   AddSynth(&app, &synth_flags, &out);
   CLI::App* pack_cmd = AddPackCommand(&app, &out);
   CLI::App* download_cmd = AddDownloadCommand(&app, &out);

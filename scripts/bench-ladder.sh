@@ -93,9 +93,9 @@ for rung in "${rung_list[@]}"; do
   for r in $(seq "$runs"); do
     drop_caches
     out="$work/rung-${rung}-run$r.json"
-    echo "== rung $rung run $r: k3run ${flags[*]} --gen $gen --threads $threads"
+    echo "== rung $rung run $r: k3run ${flags[*]} --gen $gen --ignore-eos --threads $threads"
     /usr/bin/time -f "%e s wall, %M KiB maxrss" \
-      "$k3run" "$prepared" --ids "$prompt_ids" --gen "$gen" --threads "$threads" \
+      "$k3run" "$prepared" --ids "$prompt_ids" --gen "$gen" --ignore-eos --threads "$threads" \
       "${flags[@]}" --probe-seconds 0.5 --out "$out" --quiet
   done
 done

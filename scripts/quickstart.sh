@@ -32,7 +32,7 @@ step "k3prep pack --experts copy"
 step "k3verify prepared --deep --against the checkpoint"
 "$build/k3verify/k3verify" prepared "$work/prepared" --deep --against "$work/model"
 
-step "k3run: greedy generation of 24 tokens from a text prompt"
+step "k3run: greedy generation of up to 24 tokens from a text prompt"
 "$build/k3run/k3run" "$work/prepared" --prompt "The quick brown fox" --gen 24 --out "$work/report.json"
 printf '\n\nquickstart: done. Report (prompt ids, generated ids and text, timings): %s\n' "$work/report.json"
 printf 'The synthetic model has random weights: its text is not meant to read well.\n'

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
+#include "k3run/app/chat_display.h"
+#include "k3run/app/interrupt.h"
+#include "k3run/engine/stop_rules.h"
 #include "k3run/text/chat_history.h"
 #include "k3run/text/utf8.h"
 
@@ -13,6 +17,28 @@ namespace {
 const char kHelp[] =
     "commands: /help (this text), /reset (forget the conversation, keep the system message), "
     "/exit (or end of input). Anything else is your message.\n";
+
+// "[prompt 37 ids in 0.21 s (176.2 tok/s); 12 tokens in 0.48 s (25.0 tok/s, 0.040 s/token)]":
+// the prefill (step 0) apart from the decode steps, so the per-token rate is not diluted.
+std::string TurnRateLine(const GenerateResult& r) {
+  if (r.steps.empty()) return "";
+  const StepRecord& prefill = r.steps.front();
+  double decode_s = 0;
+  for (size_t i = 1; i < r.steps.size(); ++i) decode_s += r.steps[i].seconds;
+  const auto decoded = static_cast<double>(r.steps.size() - 1);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "[prompt %lld ids in %.2f s (%.1f tok/s); %zu tokens",
+                static_cast<long long>(prefill.tokens_in), prefill.seconds,
+                prefill.seconds > 0 ? double(prefill.tokens_in) / prefill.seconds : 0.0,
+                r.generated.size());
+  std::string line = buf;
+  if (decoded > 0 && decode_s > 0) {
+    std::snprintf(buf, sizeof buf, ", decode %.2f s (%.2f tok/s, %.3f s/token)", decode_s,
+                  decoded / decode_s, decode_s / decoded);
+    line += buf;
+  }
+  return line + "]";
+}
 
 class Session {
  public:
@@ -146,30 +172,25 @@ class Session {
       Note("[" + std::to_string(n) + " new ids, " + std::to_string(seq_->length() + n) + " of " +
            std::to_string(seq_->capacity()) + " positions]\n");
     }
-    const ChatIds& c = tmpl_.ids();
     GenerateOptions g;
     g.prompt = feed;
     g.gen = gen;
-    g.stop_ids = {c.end_of_msg, c.eos};
+    g.stop_ids = EndTokenIds(&tok_);  // [EOS], <|end_of_msg|>: the stop rules of every mode
     seq_->sampler() = Sampler(o_.sampling, o_.seed, turn_ + 1);  // each turn its own stream
     ++turn_;
-    Utf8Chunker chunker;
-    bool in_tag = false;  // between <|open|>/<|close|> and <|sep|>: a tag name, not text
+    ClearInterrupt();  // a Ctrl-C from here on stops this answer
+    g.stop_requested = [] { return Interrupted(); };
+    ChatDisplay display(tok_, tmpl_, {o_.tmpl.thinking, o_.hide_thinking, o_.terminal},
+                        io_.write_stdout);
     auto on_step = [&](const StepRecord& s, const float*) -> Status {
-      if (s.token < 0) return Status::Ok();
-      if (s.token == c.open || s.token == c.close) {
-        in_tag = true;
-      } else if (s.token == c.sep) {
-        in_tag = false;
-      } else if (!in_tag && !tmpl_.IsControl(s.token)) {
-        const std::string ready = chunker.Push(tok_.TokenBytes(s.token));
-        if (!ready.empty()) K3_RETURN_IF_ERROR(io_.write_stdout(ready));
-      }
-      return Status::Ok();
+      return s.token < 0 ? Status::Ok() : display.Token(s.token);
     };
     K3_ASSIGN_OR_RETURN(GenerateResult r, Generate(engine_, seq_.get(), g, on_step));
-    K3_RETURN_IF_ERROR(io_.write_stdout(chunker.Flush() + "\n"));
-    if (!r.stopped_by_id && gen < o_.gen) {
+    K3_RETURN_IF_ERROR(display.Finish());
+    if (Interrupted()) Note("[answer stopped by Ctrl-C; Ctrl-C again to leave]\n");
+    if (o_.progress) Note(TurnRateLine(r) + "\n");
+    if (!r.stopped_by_id && !Interrupted() && gen < o_.gen &&
+        static_cast<int64_t>(r.generated.size()) == gen) {
       Note("[the context is full: the reply stopped at " + std::to_string(gen) +
            " tokens; /reset to start a new conversation, or restart with a larger --ctx]\n");
     }

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -18,12 +19,15 @@
 #include "k3run/text/chat_template.h"
 #include "k3run/stream/cache_trace.h"
 #include "k3run/app/floor.h"
+#include "k3run/app/interrupt.h"
+#include "k3run/app/prepared_path.h"
 #include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/engine/session.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3run/app/report.h"
 #include "k3run/engine/sampler.h"
+#include "k3run/engine/stop_rules.h"
 #include "k3run/stream/streaming_plan.h"
 #include "k3run/stream/streaming_weights.h"
 #include "k3run/text/tokenizer.h"
@@ -100,7 +104,10 @@ std::optional<std::string> ReadLineFd0() {
   char ch = 0;
   while (true) {
     const ssize_t n = ::read(0, &ch, 1);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) {
+      if (Interrupted()) WriteStderr("\n(Ctrl-C again, /exit or Ctrl-D to leave)\n> ");
+      continue;
+    }
     if (n <= 0) return line.empty() ? std::nullopt : std::optional<std::string>(line);
     if (ch == '\n') return line;
     line += ch;
@@ -124,12 +131,16 @@ Status CheckModes(const RunOptions& o) {
                             : !o.history.empty() ? "--history"
                             : o.no_think ? "--no-think"
                             : o.effort ? "--thinking-effort"
+                            : o.hide_thinking ? "--hide-thinking"
                                        : nullptr;
     if (chat_only) return Status::Invalid(std::string(chat_only) + " needs --chat");
   } else {
     const char* not_chat = !o.dump_logits.empty() ? "--dump-logits"
                            : !o.out.empty()       ? "--out"
                            : !o.stop_ids.empty()  ? "--stop-id"
+                           : !o.stop_strings.empty() ? "--stop"
+                           : o.ignore_eos         ? "--ignore-eos"
+                           : o.show_special       ? "--show-special"
                            : o.recompute          ? "--recompute"
                                                   : nullptr;
     if (not_chat) {
@@ -202,7 +213,32 @@ Result<kernels::Isa> SetUpKernels(const RunOptions& o) {
   return isa;
 }
 
-Result<PromptInput> ReadPromptInput(Env* env, const RunOptions& o) {
+// The most prompt text read from a file or stdin.
+constexpr uint64_t kMaxPromptBytes = uint64_t{1} << 30;
+
+// `--prompt-file -` and `--prompt-file /dev/stdin` read standard input (a pipe is no regular
+// file, which Env refuses to read).
+bool IsStdinPath(const std::string& path) {
+  return path == "-" || path == "/dev/stdin" || path == "/dev/fd/0" || path == "/proc/self/fd/0";
+}
+
+Result<std::string> ReadAllFd0() {
+  std::string text;
+  char buf[65536];
+  while (true) {
+    const ssize_t n = ::read(0, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoErrno("read", "standard input", errno);
+    if (n == 0) return text;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxPromptBytes) {
+      return Status::Invalid("standard input is longer than " + std::to_string(kMaxPromptBytes) +
+                             " bytes");
+    }
+  }
+}
+
+Result<PromptInput> ReadPromptInput(Env* env, const CliIo& io, const RunOptions& o) {
   K3_RETURN_IF_ERROR(CheckModes(o));
   PromptInput in;
   if (!o.ids.empty()) {
@@ -210,7 +246,9 @@ Result<PromptInput> ReadPromptInput(Env* env, const RunOptions& o) {
   }
   if (o.prompt) in.text = *o.prompt;
   if (o.prompt_file) {
-    Result<std::string> text = ReadFileToString(env, *o.prompt_file, uint64_t{1} << 30);
+    Result<std::string> text = IsStdinPath(*o.prompt_file)
+                                   ? (io.read_stdin ? io.read_stdin() : ReadAllFd0())
+                                   : ReadFileToString(env, *o.prompt_file, kMaxPromptBytes);
     // An unreadable input is a usage error (exit 2, DESIGN.md §6), whatever errno said.
     if (!text.ok()) return Status::Invalid("--prompt-file: " + text.status().message());
     in.text = std::move(text).value();
@@ -253,8 +291,7 @@ Result<int64_t> ResolvePrompt(const Engine& engine, const RunOptions& o, PromptI
     return Status::Invalid("--gen " + std::to_string(o.gen) + " with a prompt of " +
                            std::to_string(P) + " ids needs " + std::to_string(P + o.gen) +
                            " positions; the limit is " + std::to_string(kMaxPositions) +
-                           " (max_position_embeddings): lower --gen or shorten the prompt (" +
-                           mode + ")");
+                           " (max_position_embeddings): lower --gen or shorten " + mode);
   }
   return P;
 }
@@ -381,17 +418,25 @@ void LogPlan(const Engine& engine, kernels::Isa isa) {
   }
 }
 
-// Sampling: a seed is always reported so a sampled run can be repeated.
+// Sampling: a seed is always reported so a sampled run can be repeated; options that have no
+// effect as combined are named.
 uint64_t ChooseSeed(const RunOptions& o) {
+  for (const std::string& w : SamplerWarnings(o.sampling)) LogWarn(w);
   if (!o.sampling.sampling()) return 0;
   const uint64_t seed = o.sampling.seed ? *o.sampling.seed
                                         : (uint64_t{std::random_device{}()} << 32) |
                                               std::random_device{}();
   if (!o.output.quiet) {
-    LogInfo("sampler: PCG32 seed " + std::to_string(seed) + ", temperature " +
-            std::to_string(o.sampling.temperature.value_or(1.0)) + ", top-p " +
-            std::to_string(o.sampling.top_p.value_or(1.0)) + ", top-k " +
-            std::to_string(o.sampling.top_k.value_or(0)));
+    const SamplerOptions& so = o.sampling;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "sampler: PCG32 seed %llu, temperature %g, top-k %lld, top-p %g, min-p %g, "
+                  "repeat-penalty %g, presence %g, frequency %g over the last %lld ids",
+                  static_cast<unsigned long long>(seed), so.effective_temperature(),
+                  static_cast<long long>(so.top_k.value_or(0)), so.top_p.value_or(1.0),
+                  so.min_p.value_or(0.0), so.repeat_penalty, so.presence_penalty,
+                  so.frequency_penalty, static_cast<long long>(so.repeat_last_n));
+    LogInfo(line);
   }
   return seed;
 }
@@ -409,6 +454,8 @@ Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, u
   co.sampling = o.sampling;
   co.seed = seed;
   co.progress = lines;
+  co.hide_thinking = o.hide_thinking;
+  co.terminal = !io.write_stdout && ::isatty(1) == 1;
   ChatIo cio;
   cio.env = env;
   cio.read_line = io.read_line ? io.read_line : ReadLineFd0;
@@ -423,11 +470,67 @@ Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, u
 struct PromptRun {
   GenerateResult result;
   std::optional<std::string> text;  // the generated bytes; nullopt without a tokenizer
+  std::string stop_reason = "gen";  // gen | end-token | stop-id | stop-string
 };
+
+// What of the generated bytes reaches stdout (k3run/engine/stop_rules.h): special tokens only
+// with --show-special, never a stop string or a split UTF-8 sequence, and a final newline on a
+// terminal so the shell prompt starts on its own line.
+class ShownText {
+ public:
+  ShownText(const tok::Tokenizer* tokenizer, const RunOptions& o, bool terminal,
+            std::function<Status(std::string_view)> out)
+      : tokenizer_(tokenizer), show_special_(o.show_special), terminal_(terminal),
+        stops_(o.stop_strings), out_(std::move(out)) {}
+
+  Status Token(int32_t id) {
+    if (!tokenizer_) return out_(std::to_string(id) + "\n");
+    if (!show_special_ && IsSpecialToken(*tokenizer_, id)) return Status::Ok();
+    return Write(chunker_.Push(stops_.Push(tokenizer_->TokenBytes(id))));
+  }
+  bool stopped() const { return stops_.stopped(); }
+  Status Finish() {
+    K3_RETURN_IF_ERROR(Write(chunker_.Push(stops_.Flush()) + chunker_.Flush()));
+    if (terminal_ && tokenizer_ && !ends_with_newline_) return out_("\n");
+    return Status::Ok();
+  }
+
+ private:
+  Status Write(const std::string& bytes) {
+    if (bytes.empty()) return Status::Ok();
+    ends_with_newline_ = bytes.back() == '\n';
+    return out_(bytes);
+  }
+
+  const tok::Tokenizer* tokenizer_;
+  bool show_special_;
+  bool terminal_;
+  StopText stops_;
+  Utf8Chunker chunker_;
+  std::function<Status(std::string_view)> out_;
+  bool ends_with_newline_ = true;  // nothing written: no newline needed
+};
+
+// The stop ids of a prompt run: --stop-id, and the model's end tokens unless --ignore-eos.
+std::vector<int64_t> StopIds(const Engine& engine, const RunOptions& o) {
+  std::vector<int64_t> ids = o.stop_ids;
+  if (!o.ignore_eos) {
+    for (int64_t id : EndTokenIds(engine.tokenizer())) ids.push_back(id);
+  }
+  return ids;
+}
+
+std::string StopReason(const RunOptions& o, const PromptRun& run, bool stopped_by_text) {
+  if (stopped_by_text) return "stop-string";
+  if (!run.result.stopped_by_id) return "gen";
+  const int64_t last = run.result.generated.back();
+  const bool asked = std::find(o.stop_ids.begin(), o.stop_ids.end(), last) != o.stop_ids.end();
+  return asked ? "stop-id" : "end-token";
+}
 
 // Phase 4: generate, streaming the bytes to stdout as they are decided.
 Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
-                           const std::vector<int32_t>& prompt, uint64_t seed, bool lines,
+                           const std::vector<int32_t>& prompt, uint64_t seed, bool terminal,
                            const std::function<Status(std::string_view)>& out) {
   const tok::Tokenizer* tokenizer = engine->tokenizer();
   const int64_t vocab = engine->config().vocab;
@@ -439,26 +542,31 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   g.prompt = prompt;
   g.gen = o.gen;
   g.recompute = o.recompute;
-  g.stop_ids = o.stop_ids;
-  Utf8Chunker chunker;
+  g.stop_ids = StopIds(*engine, o);
+  ShownText shown(tokenizer, o, terminal, out);
+  g.stop_requested = [&shown] { return shown.stopped() || Interrupted(); };
   PromptRun run;
   if (tokenizer) run.text.emplace();
+  const bool step_lines = o.verbose && !o.output.quiet;
   auto on_step = [&](const StepRecord& s, const float* logits) -> Status {
-    if (lines) LogInfo(StepLine(s));
+    if (step_lines) LogInfo(StepLine(s));
     if (dump && (o.dump_all || s.index == 0)) K3_RETURN_IF_ERROR(dump->Append(logits, vocab));
     if (s.token < 0) return Status::Ok();
-    if (!tokenizer) return out(std::to_string(s.token) + "\n");
-    const std::string_view bytes = tokenizer->TokenBytes(s.token);
-    *run.text += bytes;
-    const std::string ready = chunker.Push(bytes);
-    return ready.empty() ? Status::Ok() : out(ready);
+    if (tokenizer) *run.text += tokenizer->TokenBytes(s.token);
+    return shown.Token(s.token);
   };
   std::unique_ptr<Sequence> seq = engine->NewSequence(o.sampling, seed, 0);
   if (!o.load_state.empty()) K3_RETURN_IF_ERROR(engine->LoadSequence(o.load_state, seq.get()));
   K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
   if (!o.save_state.empty()) K3_RETURN_IF_ERROR(engine->SaveSequence(*seq, o.save_state));
-  const std::string tail = chunker.Flush();
-  if (!tail.empty()) K3_RETURN_IF_ERROR(out(tail));
+  K3_RETURN_IF_ERROR(shown.Finish());
+  run.stop_reason = StopReason(o, run, shown.stopped());
+  if (Interrupted() && run.stop_reason == "gen" &&
+      static_cast<int64_t>(run.result.generated.size()) < o.gen) {
+    run.stop_reason = "interrupted";
+    LogWarn("interrupted (Ctrl-C): stopped after " +
+            std::to_string(run.result.generated.size()) + " tokens");
+  }
   if (dump) K3_RETURN_IF_ERROR(dump->Finish());
   return run;
 }
@@ -478,6 +586,7 @@ RunReport BuildReport(const Engine& engine, const RunOptions& o, kernels::Isa is
   r.generated_ids = run.result.generated;
   r.generated_bytes = run.text;
   r.stopped_by_id = run.result.stopped_by_id;
+  r.stop_reason = run.stop_reason;
   r.steps = run.result.steps;
   r.plan = engine.memory_plan();
   if (const StreamingWeights* sw = engine.streaming()) {
@@ -505,9 +614,9 @@ RunReport BuildReport(const Engine& engine, const RunOptions& o, kernels::Isa is
 Status Report(Env* env, const Engine& engine, const RunOptions& o, const RunReport& r,
               CacheTraceWriter* trace, bool lines) {
   if (!o.out.empty()) K3_RETURN_IF_ERROR(WriteFileAtomic(env, o.out, RenderReportJson(r)));
-  if (lines) LogInfo(SummaryLines(r));
+  if (lines) LogInfo(o.verbose ? SummaryLines(r) : SummaryLine(r));
   const StreamingWeights* streaming = engine.streaming();
-  if (lines && streaming != nullptr) {
+  if (lines && o.verbose && streaming != nullptr) {
     const StreamingStats st = streaming->stats();
     LogInfo("expert cache: " + std::to_string(st.expert_requests) + " requests, " +
             std::to_string(st.expert_hits) + " resident hits, " + std::to_string(st.expert_reads) +
@@ -568,8 +677,11 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   const bool lines = !o.output.quiet && o.output.progress != ProgressMode::kNone;
 
   K3_ASSIGN_OR_RETURN(kernels::Isa isa, SetUpKernels(o));
-  K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, o));
-  K3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Open(env, o.prepared, o.model_dir));
+  K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, io, o));
+  K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
+  if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
+  std::unique_ptr<Engine> engine = std::move(opened).value();
   K3_ASSIGN_OR_RETURN(int64_t P, ResolvePrompt(*engine, o, &input));
   K3_ASSIGN_OR_RETURN(int64_t held, HeldByState(env, *engine, o));
   K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines));
@@ -587,12 +699,14 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     LogPlan(*engine, isa);
   }
   const uint64_t seed = ChooseSeed(o);
-  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out);
   if (o.chat && !o.save_state.empty()) {
     return Status::Invalid("--save-state is for prompt runs; a chat with --history saves its "
                            "state beside the transcript (HISTORY.state)");
   }
-  K3_ASSIGN_OR_RETURN(PromptRun run, Generate(engine.get(), env, o, input.ids, seed, lines, out));
+  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out);
+  const bool terminal = !io.write_stdout && ::isatty(1) == 1;
+  K3_ASSIGN_OR_RETURN(PromptRun run,
+                      Generate(engine.get(), env, o, input.ids, seed, terminal, out));
   const RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
   return Report(env, *engine, o, r, trace.get(), lines);
 }
@@ -607,32 +721,32 @@ void AddPromptFlags(CLI::App* app, RunOptions* o) {
       "prompt text (special tokens such as [BOS] are recognised)");
   app->add_option_function<std::string>(
       "--prompt-file", [o](const std::string& v) { o->prompt_file = v; },
-      "read the prompt text from PATH (bytes verbatim; special tokens recognised)");
+      "read the prompt text from PATH, or standard input for - (bytes verbatim; special tokens "
+      "recognised)");
   app->add_flag("--chat", o->chat, "interactive chat on stdin (/help, /reset, /exit)");
   app->add_option_function<std::string>(
       "--system", [o](const std::string& v) { o->system = v; }, "chat: the system message");
   app->add_option("--history", o->history,
                   "chat: JSONL transcript to resume and to save after every turn");
-  app->add_flag("--no-think", o->no_think, "chat: thinking channel off");
+  app->add_flag("--no-think", o->no_think, "chat: thinking channel off (default on)");
   app->add_option_function<std::string>(
       "--thinking-effort", [o](const std::string& v) { o->effort = v; },
       "chat: low|high|max (default max)");
+  app->add_flag("--hide-thinking", o->hide_thinking,
+                "chat: the model still thinks, but only the answer is printed (thinking is "
+                "dimmed on a terminal, between <think> and </think> lines otherwise)");
 }
 
-void AddSamplingFlags(CLI::App* app, RunOptions* o) {
-  app->add_option_function<double>(
-      "--temperature", [o](const double& v) { o->sampling.temperature = v; },
-      "sample with this temperature (> 0); default greedy")
-      ->check(AboveZero(1e6));
-  app->add_option_function<double>(
-      "--top-p", [o](const double& v) { o->sampling.top_p = v; },
-      "sample from the smallest set of tokens with this probability mass, (0, 1]")
-      ->check(AboveZero(1));
-  app->add_option_function<int64_t>(
-      "--top-k", [o](const int64_t& v) { o->sampling.top_k = v; },
-      "sample from the K most likely tokens (0: all)")
-      ->check(AtLeast(0));
-  // Parsed here: CLI11 would wrap "-1" into 2^64 − 1 for an unsigned option.
+// The sampling steps in the order they run (k3run/engine/sampler.h), for --help.
+constexpr const char kSamplingOrder[] =
+    "Sampling runs these steps in this order: penalties (repeat, frequency, presence; over the "
+    "last --repeat-last-n ids, prompt included) -> top-k -> top-p -> min-p -> temperature -> "
+    "draw. The truncations see the untempered distribution. Without --temperature, or with "
+    "--temperature 0, decoding is greedy (the argmax of the penalised logits, lowest id on "
+    "ties); --top-k, --top-p, --min-p or --seed alone sample at temperature 1.";
+
+// Parsed here: CLI11 would wrap "-1" into 2^64 − 1 for an unsigned option.
+void AddSeedFlag(CLI::App* app, RunOptions* o) {
   app->add_option_function<std::string>(
       "--seed",
       [o](const std::string& v) {
@@ -648,19 +762,76 @@ void AddSamplingFlags(CLI::App* app, RunOptions* o) {
         }
         o->sampling.seed = seed;
       },
-      "sampler seed (PCG32 via SplitMix64; same seed, same tokens)");
+      "sampler seed (PCG32 via SplitMix64; same seed, same tokens; default: random, printed)");
+}
+
+void AddPenaltyFlags(CLI::App* app, RunOptions* o) {
+  SamplerOptions& so = o->sampling;
+  app->add_option("--repeat-penalty", so.repeat_penalty,
+                  "divide a positive logit (multiply a negative one) of each id among the last "
+                  "--repeat-last-n by this (1: off)")
+      ->check(AboveZero(1e6))
+      ->capture_default_str();
+  app->add_option("--repeat-last-n", so.repeat_last_n,
+                  "how many of the latest ids (prompt included) the penalties look at (0: none)")
+      ->check(AtLeast(0))
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->sampling.repeat_last_n_set = true; });
+  app->add_option("--presence-penalty", so.presence_penalty,
+                  "subtract this from the logit of each id among the last --repeat-last-n (0: off)")
+      ->check(InRange(-1e6, 1e6))
+      ->capture_default_str();
+  app->add_option("--frequency-penalty", so.frequency_penalty,
+                  "subtract this times its count from the logit of each id among the last "
+                  "--repeat-last-n (0: off)")
+      ->check(InRange(-1e6, 1e6))
+      ->capture_default_str();
+}
+
+void AddSamplingFlags(CLI::App* app, RunOptions* o) {
+  app->add_option_function<double>(
+      "--temperature", [o](const double& v) { o->sampling.temperature = v; },
+      "sample at this temperature (> 0); 0 or not given: greedy")
+      ->check(InRange(0, 1e6));
+  app->add_option_function<int64_t>(
+      "--top-k", [o](const int64_t& v) { o->sampling.top_k = v; },
+      "sample from the K most likely tokens (default 0: all)")
+      ->check(AtLeast(0));
+  app->add_option_function<double>(
+      "--top-p", [o](const double& v) { o->sampling.top_p = v; },
+      "sample from the smallest set of tokens with this probability mass, (0, 1] (default 1)")
+      ->check(AboveZero(1));
+  app->add_option_function<double>(
+      "--min-p", [o](const double& v) { o->sampling.min_p = v; },
+      "drop tokens less likely than this times the most likely one, [0, 1] (default 0: off)")
+      ->check(InRange(0, 1));
+  AddSeedFlag(app, o);
+  AddPenaltyFlags(app, o);
 }
 
 void AddRunControlFlags(CLI::App* app, RunOptions* o) {
-  app->add_option("--gen", o->gen, "tokens to generate (0: prefill only; chat: per turn, 2048)")
+  app->add_option("--gen", o->gen,
+                  "at most this many tokens (0: prefill only; chat: per turn, default 2048)")
       ->check(AtLeast(0))
+      ->capture_default_str()
       ->each([o](const std::string&) { o->gen_set = true; });
+  app->add_flag("--ignore-eos", o->ignore_eos,
+                "do not stop at the model's end tokens ([EOS], <|end_of_msg|>): exactly --gen "
+                "tokens (benchmarks)");
+  app->add_option("--stop", o->stop_strings,
+                  "stop when the generated text contains STRING (repeatable; not printed)")
+      ->type_name("STRING");
+  app->add_option("--stop-id", o->stop_ids, "stop after generating this id (repeatable)");
+  app->add_flag("--show-special", o->show_special,
+                "print special tokens ([EOS], <|reserved_token_N|>...) as text");
+  app->add_flag("-v,--verbose", o->verbose,
+                "one stderr line per step (time, bytes read, expert hits); always in --out");
   app->add_flag("--recompute", o->recompute,
                 "re-run the whole prefix every step (the check path; same bits, O(T^2))");
-  app->add_option("--stop-id", o->stop_ids, "stop after generating this id (repeatable)");
-  app->add_option("--layers", o->layers, "run only the first N layers (NOT the model)")
+  app->add_option("--layers", o->layers, "run only the first N layers (NOT the model; default: all)")
       ->check(AtLeast(1));
-  app->add_option("--threads", o->threads, "compute threads (never changes a bit)")
+  app->add_option("--threads", o->threads,
+                  "compute threads (never changes a bit; default OMP_NUM_THREADS or all cores)")
       ->check(InRange(1, kernels::kMaxThreads));
   CLI::Option* dump = app->add_option(
       "--dump-logits", o->dump_logits,
@@ -702,7 +873,8 @@ void AddMemoryFlags(CLI::App* app, RunOptions* o) {
            o->trunk_gb.reset();
            o->cache_gb.reset();
          },
-         "stream weights within this TOTAL budget (GB = 10^9 bytes): trunk first, then experts")
+         "stream weights within this TOTAL budget (GB = 10^9 bytes): trunk first, then experts "
+         "(default: every weight held in RAM)")
       ->check(AboveZero(kMaxBudgetGb))
       ->trigger_on_parse();
   app->add_option_function<double>(
@@ -763,6 +935,9 @@ int K3runMain(int argc, char** argv, const CliIo& io) {
   // --quiet is process state; an in-process caller (tests, a REPL host) starts each run afresh.
   SetQuiet(false);
   AddRunFlags(&app, &o);
+  app.footer(kSamplingOrder);
+  // Needs no PREPARED, like --help (the version of k3prep and k3verify).
+  app.set_version_flag("--version", "k3run 0.1.0");
   // Needs no PREPARED: CLI11 runs flag callbacks before it checks required positionals.
   app.add_flag_callback(
       "--list-presets",
@@ -772,6 +947,8 @@ int K3runMain(int argc, char** argv, const CliIo& io) {
         throw CLI::Success();
       },
       "print the memory presets and exit");
+  // Only the real process handles Ctrl-C (an in-process host keeps its own handler).
+  if (!io.write_stdout) InstallInterruptHandler();
   return RunCli(app, argc, argv, [&] { return RunK3run(o, io); });
 }
 

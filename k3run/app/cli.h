@@ -1,8 +1,10 @@
 // k3run's command line (DESIGN.md §6 k3run):
 //   k3run PREPARED (--ids 1,2,3 | --prompt TEXT | --prompt-file PATH | --chat [--system TEXT]
-//         [--history PATH] [--no-think | --thinking-effort low|high|max])
-//         [--temperature T] [--top-p P] [--top-k K] [--seed S]
-//         [--gen N] [--recompute] [--stop-id ID]… [--layers N]
+//         [--history PATH] [--no-think | --thinking-effort low|high|max] [--hide-thinking])
+//         [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+//         [--repeat-penalty R] [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty F]
+//         [--gen N] [--ignore-eos] [--stop STRING]… [--stop-id ID]… [--show-special]
+//         [--recompute] [--layers N] [--verbose]
 //         [--threads N] [--dump-logits PATH [--dump-logits-all]] [--out FILE]
 //         [--model-dir DIR] [--verify-reads] [--quiet] [--progress MODE]
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
@@ -24,7 +26,8 @@
 // Text modes load the tokenizer from PREPARED/tokenizer/ after checking its XXH3-128 against
 // k3.json; prompt text may contain special tokens (the upstream default); chat message content
 // never does (k3run/text/chat_template.h). Sampling flags work in every mode; without them decoding is
-// greedy and bit-identical to the --ids path. Chat stops at [EOS] or <|end_of_msg|>.
+// greedy and bit-identical to the --ids path (the steps: k3run/engine/sampler.h). Every mode stops
+// at [EOS] or <|end_of_msg|> (k3run/engine/stop_rules.h) unless --ignore-eos.
 #pragma once
 
 #include <cstdint>
@@ -46,12 +49,13 @@ struct RunOptions {
   std::string prepared;
   std::string ids;                // "1,2,3"
   std::optional<std::string> prompt;       // --prompt TEXT
-  std::optional<std::string> prompt_file;  // --prompt-file PATH (bytes verbatim)
+  std::optional<std::string> prompt_file;  // --prompt-file PATH (bytes verbatim; - is stdin)
   bool chat = false;
   std::optional<std::string> system;       // --system (chat)
   std::string history;                     // --history PATH (chat)
   bool no_think = false;
   std::optional<std::string> effort;       // --thinking-effort (chat; default max)
+  bool hide_thinking = false;              // --hide-thinking (chat)
   SamplerOptions sampling;
   std::optional<int64_t> ctx;     // --ctx: positions reserved per sequence
   int64_t chunk = 0;              // --chunk: rows per pass of a long prompt (0: the plan's)
@@ -61,6 +65,10 @@ struct RunOptions {
   bool gen_set = false;
   bool recompute = false;
   std::vector<int64_t> stop_ids;
+  std::vector<std::string> stop_strings;  // --stop (repeatable), matched on the decoded text
+  bool ignore_eos = false;        // --ignore-eos: run exactly --gen tokens
+  bool show_special = false;      // --show-special: print added tokens ([EOS]…) as text
+  bool verbose = false;           // --verbose: one stderr line per step
   int layers = 0;                 // 0: all
   int threads = 0;                // 0: the kernels' default (OMP_NUM_THREADS or all cores)
   std::string dump_logits;        // float32 LE [vocab] for step 0, or every step with dump_all
@@ -88,6 +96,8 @@ struct CliIo {
   std::function<Result<uint64_t>()> mem_available;
   // One line of stdin without its LF, nullopt at end of input (--chat); default: fd 0.
   std::function<std::optional<std::string>()> read_line;
+  // All of stdin (--prompt-file -); default: fd 0 to its end.
+  std::function<Result<std::string>()> read_stdin;
 };
 
 // "1,2,3" → ids. Items are decimal non-negative integers ≤ INT32_MAX, separated by single commas;

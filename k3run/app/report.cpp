@@ -252,7 +252,7 @@ std::string RenderReportJson(const RunReport& r) {
       {"generated_ids", r.generated_ids},
       {"generated_text",
        r.generated_bytes ? json(SanitizeUtf8(*r.generated_bytes)) : json(nullptr)},
-      {"stop_reason", r.stopped_by_id ? "stop-id" : "gen"},
+      {"stop_reason", !r.stop_reason.empty() ? r.stop_reason : r.stopped_by_id ? "stop-id" : "gen"},
       {"steps", StepsJson(r.steps)},
       {"totals", TotalsJson(r)},
       {"memory_plan",
@@ -273,6 +273,11 @@ std::string RenderReportJson(const RunReport& r) {
       {"valid", r.experts_skipped == 0 && r.failures.empty()},
   };
   return j.dump(2) + "\n";
+}
+
+std::string NotTheModelNote(const RunReport& r) {
+  return "NOTE: first " + std::to_string(r.layers_run) + " of " + std::to_string(r.n_layers) +
+         " layers only (--layers): this is NOT the model";
 }
 
 std::string StepLine(const StepRecord& s) {
@@ -315,6 +320,41 @@ std::string StepLine(const StepRecord& s) {
   return line;
 }
 
+std::string SummaryLine(const RunReport& r) {
+  char buf[512];
+  std::string out;
+  if (!r.steps.empty()) {
+    const StepRecord& prefill = r.steps.front();
+    std::snprintf(buf, sizeof buf, "prompt %lld token%s in %.3f s (%.2f tok/s)",
+                  static_cast<long long>(prefill.tokens_in), prefill.tokens_in == 1 ? "" : "s",
+                  prefill.seconds,
+                  prefill.seconds > 0 ? double(prefill.tokens_in) / prefill.seconds : 0.0);
+    out = buf;
+  }
+  const size_t n = r.generated_ids.size();
+  std::snprintf(buf, sizeof buf, "; generated %zu token%s", n, n == 1 ? "" : "s");
+  out += buf;
+  const Totals decode = DecodeSteps(r.steps);
+  if (n > 1 && decode.seconds > 0) {
+    const double per = decode.seconds / double(decode.steps);
+    std::snprintf(buf, sizeof buf, ", decode %.4f s/token (%.2f tok/s)", per, 1.0 / per);
+    out += buf;
+  }
+  if (decode.steps > 0) {
+    out += "; read " + FormatIecBytes(double(decode.bytes.total()) / double(decode.steps)) +
+           "/token";
+  }
+  out += "; peak RSS " + FormatIecBytes(double(r.peak_rss_bytes)) + " (plan " +
+         FormatIecBytes(double(r.plan.total())) + ")";
+  if (std::optional<FloorResult> f = RunFloor(r)) {
+    std::snprintf(buf, sizeof buf, "; time / floor %.2f (%s-bound)", f->time_over_floor,
+                  f->floor.bound.c_str());
+    out += buf;
+  }
+  if (r.layers_run != r.n_layers) out += "\n" + NotTheModelNote(r);
+  return out;
+}
+
 std::string SummaryLines(const RunReport& r) {
   const Totals all = AllSteps(r.steps);
   const double secs = all.seconds;
@@ -324,8 +364,8 @@ std::string SummaryLines(const RunReport& r) {
   std::snprintf(buf, sizeof buf, "%zu token%s in %.3f s", n, n == 1 ? "" : "s", secs);
   std::string out = buf;
   if (n > 0) {
-    std::snprintf(buf, sizeof buf, " (%.4f s/token, %.2f tok/s)", secs / double(n),
-                  secs > 0 ? double(n) / secs : 0.0);
+    std::snprintf(buf, sizeof buf, " (%.4f s/token over every step, prefill included)",
+                  secs / double(n));
     out += buf;
   }
   out += "; read " + FormatIecBytes(double(t.total())) + " (trunk " +
@@ -378,10 +418,7 @@ std::string SummaryLines(const RunReport& r) {
                   o->time_over_floor);
     out += buf;
   }
-  if (r.layers_run != r.n_layers) {
-    out += "\nNOTE: first " + std::to_string(r.layers_run) + " of " +
-           std::to_string(r.n_layers) + " layers only (--layers): this is NOT the model";
-  }
+  if (r.layers_run != r.n_layers) out += "\n" + NotTheModelNote(r);
   return out;
 }
 

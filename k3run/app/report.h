@@ -3,7 +3,7 @@
 // JSON (format "k3run-report", version 1): prepared, layers_run, n_layers, is_full_model (false
 // with --layers N < n_layers: the numbers are NOT the model's), mode, isa, threads,
 // prompt_ids, generated_ids (authoritative), generated_text (decoded bytes, invalid UTF-8 →
-// U+FFFD; null without a tokenizer), stop_reason, steps [{index, tokens_in, token (null for a
+// U+FFFD; null without a tokenizer), stop_reason (gen | end-token | stop-id | stop-string | interrupted), steps [{index, tokens_in, token (null for a
 // prefill-only step), seconds, tokens_per_s, bytes_read {trunk, experts, embedding, lm_head, head,
 // prefetch_unused, total}, expert_requests, expert_hits, expert_hit_rate (null without requests),
 // expert_guesses, expert_guesses_used, io_busy_s, io_wait_s}], totals {seconds,
@@ -44,6 +44,7 @@ struct RunReport {
   std::vector<int32_t> generated_ids;
   std::optional<std::string> generated_bytes;  // raw; nullopt without a tokenizer
   bool stopped_by_id = false;
+  std::string stop_reason;  // gen | end-token | stop-id | stop-string; "": from stopped_by_id
   std::vector<StepRecord> steps;
   MemoryPlan plan;
   std::optional<StreamingPlan> streaming_plan;
@@ -92,7 +93,14 @@ std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r);
 
 // "step 3 (decode, 1 token): id 417  0.012 s  read 1.25 MiB (trunk 0 B, experts 1.25 MiB, …)".
 std::string StepLine(const StepRecord& s);
-// The end-of-run summary line(s): s/token, bytes per token by kind, peak RSS.
+// The one end-of-run line of a default run: "prompt 8 tokens in 0.120 s (66.67 tok/s); generated
+// 16 tokens, decode 0.0450 s/token (22.22 tok/s); read 1.2 MiB/token; peak RSS 310 MiB (plan
+// 290 MiB); time / floor 1.83 (disk-bound)": the prefill apart from the decode steps, so the
+// per-token rate is not diluted by the prompt (plus the --layers note when it applies).
+std::string SummaryLine(const RunReport& r);
+// The --verbose summary: every step's totals, bytes by kind, I/O share, guesses read ahead,
+// the floor's terms and the floor at the engine's own read rate.
 std::string SummaryLines(const RunReport& r);
+std::string NotTheModelNote(const RunReport& r);
 
 }  // namespace k3::run

@@ -48,7 +48,7 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
     }
     const float* logits = pass.LogitsOf(0, V);
     if (o.gen > 0) {
-      rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V);
+      rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V, all);
     }
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rec.mla_seconds = pass.mla_seconds;
@@ -65,6 +65,7 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
       out.stopped_by_id = true;
       break;
     }
+    if (o.stop_requested && o.stop_requested()) break;
   }
   return out;
 }

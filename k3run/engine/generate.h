@@ -30,6 +30,9 @@ struct GenerateOptions {
   int64_t gen = 0;                 // tokens to generate
   bool recompute = false;
   std::vector<int64_t> stop_ids;
+  // Asked after each step's callback; true ends generation there (the caller's stop rules:
+  // stop strings, an interrupt). The caller knows why it stopped.
+  std::function<bool()> stop_requested;
 };
 
 struct StepRecord {

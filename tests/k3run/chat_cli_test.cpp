@@ -119,11 +119,37 @@ TEST(K3runText, MissingPromptFileIsNamed) {
   EXPECT_TRUE(Has(r.stderr_text, "/nonexistent/p.txt")) << r.stderr_text;
 }
 
+TEST(K3runText, TemperatureZeroIsGreedyAndWarnsAboutTheSeed) {
+  test::TempDir tmp;
+  const CliRun greedy = RunCliArgs({TinyPreparedDir(), "--prompt", "a", "--gen", "6"});
+  const CliRun zero = RunCliArgs(
+      {TinyPreparedDir(), "--prompt", "a", "--gen", "6", "--temperature", "0", "--seed", "3"});
+  ASSERT_EQ(zero.exit_code, 0) << zero.stderr_text;
+  EXPECT_EQ(zero.stdout_text(), greedy.stdout_text());
+  EXPECT_TRUE(Has(zero.stderr_text, "warning: --seed has no effect")) << zero.stderr_text;
+  const CliRun topk = RunCliArgs({TinyPreparedDir(), "--prompt", "a", "--gen", "2", "--top-k",
+                                  "5"});
+  EXPECT_TRUE(Has(topk.stderr_text, "sampling at temperature 1")) << topk.stderr_text;
+}
+
+TEST(K3runText, SameSeedSameTokensWithEverySamplingOption) {
+  const std::vector<std::string> args = {
+      TinyPreparedDir(), "--prompt", "Hello", "--gen", "12", "--ignore-eos", "-q",
+      "--temperature", "0.9", "--top-k", "50", "--top-p", "0.95", "--min-p", "0.02",
+      "--repeat-penalty", "1.1", "--presence-penalty", "0.1", "--frequency-penalty", "0.1",
+      "--seed", "77"};
+  const CliRun a = RunCliArgs(args), b = RunCliArgs(args);
+  ASSERT_EQ(a.exit_code, 0) << a.stderr_text;
+  EXPECT_EQ(a.stdout_text(), b.stdout_text());
+  EXPECT_FALSE(a.stdout_text().empty());
+}
+
 TEST(K3runText, InvalidSamplingValuesAreExit2) {
   const std::vector<std::vector<std::string>> bad = {
-      {"--temperature", "0"}, {"--temperature", "-1"}, {"--top-p", "0"},
-      {"--top-p", "1.5"},     {"--top-k", "-3"},       {"--seed", "-1"},
-      {"--temperature", "x"}};
+      {"--temperature", "-1"},     {"--top-p", "0"},           {"--top-p", "1.5"},
+      {"--top-k", "-3"},           {"--seed", "-1"},           {"--temperature", "x"},
+      {"--min-p", "1.5"},          {"--min-p", "-0.1"},        {"--repeat-penalty", "0"},
+      {"--repeat-last-n", "-1"},   {"--presence-penalty", "nan"}, {"--frequency-penalty", "inf"}};
   for (const auto& flag : bad) {
     std::vector<std::string> args = {TinyPreparedDir(), "--prompt", "a"};
     args.insert(args.end(), flag.begin(), flag.end());

@@ -424,7 +424,8 @@ TEST(StreamingCliPrefetch, GuessesReportedAndOutputUnchanged) {
   const testing::CliRun plain =
       RunCliArgs({TinyPreparedDir(), "--ids", kPromptText, "--gen", "3", "--no-floor"});
   ASSERT_EQ(plain.exit_code, 0) << plain.stderr_text;
-  const ReportRun on = RunWithReport(TinyPreparedDir(), {"--no-floor", "--budget-gb", "100"});
+  const ReportRun on =
+      RunWithReport(TinyPreparedDir(), {"--no-floor", "--budget-gb", "100", "--verbose"});
   const ReportRun off = RunWithReport(
       TinyPreparedDir(), {"--no-floor", "--budget-gb", "100", "--prefetch-experts", "0"});
   ASSERT_TRUE(on.report.is_object() && off.report.is_object());

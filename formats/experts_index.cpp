@@ -1,4 +1,5 @@
 #include "formats/experts_index.h"
+#include "formats/little_endian.h"
 
 #include <algorithm>
 #include <cassert>
@@ -21,22 +22,6 @@ static_assert(kRecSubOffset + 8 * kExpertSubCount == kRecSubSize);
 static_assert(kRecSubSize + 4 * kExpertSubCount == kRecHash);
 static_assert(kRecPadding + 24 == kExpertRecordSize);
 
-void PutU32(std::string& out, size_t at, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[at + static_cast<size_t>(i)] = static_cast<char>(v >> (8 * i));
-}
-void PutU64(std::string& out, size_t at, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[at + static_cast<size_t>(i)] = static_cast<char>(v >> (8 * i));
-}
-uint32_t GetU32(std::string_view in, size_t at) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in[at + static_cast<size_t>(i)]);
-  return v;
-}
-uint64_t GetU64(std::string_view in, size_t at) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in[at + static_cast<size_t>(i)]);
-  return v;
-}
 
 uint64_t PathTableEnd(const std::vector<std::string>& files) {
   uint64_t end = kExpertsIndexHeaderSize;
@@ -85,30 +70,30 @@ std::string EncodeExpertsIndex(const ExpertsIndex& index) {
   const uint64_t records_at = PathTableEnd(index.files);
   std::string out(records_at + index.records.size() * kExpertRecordSize, '\0');
   std::memcpy(out.data(), kExpertsIndexMagic.data(), 4);
-  PutU32(out, 4, kExpertsIndexVersion);
-  PutU32(out, 8, index.n_layers);
-  PutU32(out, 12, index.first_moe_layer);
-  PutU32(out, 16, index.n_experts);
-  PutU32(out, 20, static_cast<uint32_t>(index.files.size()));
-  PutU32(out, 24, kExpertRecordSize);
-  PutU32(out, 28, 0);
+  le::Put32(out, 4, kExpertsIndexVersion);
+  le::Put32(out, 8, index.n_layers);
+  le::Put32(out, 12, index.first_moe_layer);
+  le::Put32(out, 16, index.n_experts);
+  le::Put32(out, 20, static_cast<uint32_t>(index.files.size()));
+  le::Put32(out, 24, kExpertRecordSize);
+  le::Put32(out, 28, 0);
   size_t at = kExpertsIndexHeaderSize;
   for (const std::string& f : index.files) {
-    PutU32(out, at, static_cast<uint32_t>(f.size()));
+    le::Put32(out, at, static_cast<uint32_t>(f.size()));
     std::memcpy(out.data() + at + 4, f.data(), f.size());
     at += 4 + f.size();
   }
   at = records_at;
   for (const ExpertRecord& r : index.records) {
-    PutU32(out, at + kRecFileId, r.file_id);
-    PutU32(out, at + kRecFlags, r.flags);
-    PutU64(out, at + kRecOffset, r.offset);
-    PutU64(out, at + kRecLength, r.length);
+    le::Put32(out, at + kRecFileId, r.file_id);
+    le::Put32(out, at + kRecFlags, r.flags);
+    le::Put64(out, at + kRecOffset, r.offset);
+    le::Put64(out, at + kRecLength, r.length);
     for (size_t s = 0; s < kExpertSubCount; ++s) {
-      PutU64(out, at + kRecSubOffset + 8 * s, r.sub_offset[s]);
-      PutU32(out, at + kRecSubSize + 4 * s, r.sub_size[s]);
+      le::Put64(out, at + kRecSubOffset + 8 * s, r.sub_offset[s]);
+      le::Put32(out, at + kRecSubSize + 4 * s, r.sub_size[s]);
     }
-    PutU64(out, at + kRecHash, r.xxh3_64);
+    le::Put64(out, at + kRecHash, r.xxh3_64);
     at += kExpertRecordSize;
   }
   return out;
@@ -127,17 +112,17 @@ Status DecodeHeader(std::string_view bytes, const std::string& source, ExpertsIn
   if (std::memcmp(bytes.data(), kExpertsIndexMagic.data(), 4) != 0) {
     return Status::Invalid(At(source, 0) + ": magic is not \"K3EI\" (not an experts.idx file)");
   }
-  const uint32_t version = GetU32(bytes, 4);
+  const uint32_t version = le::Get32(bytes, 4);
   if (version != kExpertsIndexVersion) {
     return Status::Invalid(At(source, 4) + ": version " + std::to_string(version) +
                            " is not supported (this k3 reads version 1; re-run k3prep pack)");
   }
-  idx->n_layers = GetU32(bytes, 8);
-  idx->first_moe_layer = GetU32(bytes, 12);
-  idx->n_experts = GetU32(bytes, 16);
-  *n_files = GetU32(bytes, 20);
-  const uint32_t record_size = GetU32(bytes, 24);
-  const uint32_t reserved = GetU32(bytes, 28);
+  idx->n_layers = le::Get32(bytes, 8);
+  idx->first_moe_layer = le::Get32(bytes, 12);
+  idx->n_experts = le::Get32(bytes, 16);
+  *n_files = le::Get32(bytes, 20);
+  const uint32_t record_size = le::Get32(bytes, 24);
+  const uint32_t reserved = le::Get32(bytes, 28);
   if (record_size != kExpertRecordSize) {
     return Status::Invalid(At(source, 24) + ": record_size is " + std::to_string(record_size) +
                            ", must be 128");
@@ -185,7 +170,7 @@ Result<uint64_t> DecodePathTable(std::string_view bytes, const std::string& sour
       return Status::Invalid(At(source, at) + ": path table entry " + std::to_string(i) +
                              " runs past the end of the file");
     }
-    const uint32_t len = GetU32(bytes, at);
+    const uint32_t len = le::Get32(bytes, at);
     if (len == 0 || len > kMaxExpertPathLen) {
       return Status::Invalid(At(source, at) + ": path_len of file " + std::to_string(i) + " is " +
                              std::to_string(len) + ", must be 1.." +
@@ -226,15 +211,15 @@ Status DecodeRecord(std::string_view bytes, uint64_t base, size_t n_files,
                              " of the record is not zero");
     }
   }
-  r->file_id = GetU32(bytes, base + kRecFileId);
-  r->flags = GetU32(bytes, base + kRecFlags);
-  r->offset = GetU64(bytes, base + kRecOffset);
-  r->length = GetU64(bytes, base + kRecLength);
+  r->file_id = le::Get32(bytes, base + kRecFileId);
+  r->flags = le::Get32(bytes, base + kRecFlags);
+  r->offset = le::Get64(bytes, base + kRecOffset);
+  r->length = le::Get64(bytes, base + kRecLength);
   for (size_t s = 0; s < kExpertSubCount; ++s) {
-    r->sub_offset[s] = GetU64(bytes, base + kRecSubOffset + 8 * s);
-    r->sub_size[s] = GetU32(bytes, base + kRecSubSize + 4 * s);
+    r->sub_offset[s] = le::Get64(bytes, base + kRecSubOffset + 8 * s);
+    r->sub_size[s] = le::Get32(bytes, base + kRecSubSize + 4 * s);
   }
-  r->xxh3_64 = GetU64(bytes, base + kRecHash);
+  r->xxh3_64 = le::Get64(bytes, base + kRecHash);
   if (r->offset > kMaxFileBytes) {
     return Status::Invalid(where + ": offset " + std::to_string(r->offset) +
                            " exceeds the bound " + std::to_string(kMaxFileBytes) +

@@ -1,4 +1,5 @@
 #include "formats/sequence_state.h"
+#include "formats/little_endian.h"
 
 #include <algorithm>
 #include <bit>
@@ -29,29 +30,6 @@ static_assert(kHdrReserved + 8 == kSequenceStateHeaderSize);
 // Section header: u32 layer, u32 kind, u64 n_floats.
 constexpr uint64_t kSectionHeaderSize = 16;
 
-void AppendU32(std::string& out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * i));
-  out.append(b, 4);
-}
-void AppendU64(std::string& out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
-  out.append(b, 8);
-}
-void PutU64(std::string& out, size_t at, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out[at + static_cast<size_t>(i)] = static_cast<char>(v >> (8 * i));
-}
-uint32_t GetU32(std::string_view in, size_t at) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in[at + static_cast<size_t>(i)]);
-  return v;
-}
-uint64_t GetU64(std::string_view in, size_t at) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in[at + static_cast<size_t>(i)]);
-  return v;
-}
 
 std::string At(const std::string& source, uint64_t offset) {
   return source + ": byte offset " + std::to_string(offset);
@@ -87,7 +65,7 @@ Status DecodeHeader(std::string_view head, uint64_t file_size, const std::string
         "--save-state)");
   }
   if (head.size() >= kHdrVersion + 4) {
-    const uint32_t version = GetU32(head, kHdrVersion);
+    const uint32_t version = le::Get32(head, kHdrVersion);
     if (version != kSequenceStateVersion) {
       return Status::Invalid(At(source, kHdrVersion) + ": version " + std::to_string(version) +
                              "; this k3run reads version 1: save the state again with this "
@@ -106,11 +84,11 @@ Status DecodeHeader(std::string_view head, uint64_t file_size, const std::string
                              "this k3run)");
     }
   }
-  h->layers = GetU32(head, kHdrLayers);
-  h->n_sections = GetU32(head, kHdrSections);
-  h->n_tokens = GetU64(head, kHdrTokens);
-  h->body_bytes = GetU64(head, kHdrBodyBytes);
-  h->body_hash = GetU64(head, kHdrBodyHash);
+  h->layers = le::Get32(head, kHdrLayers);
+  h->n_sections = le::Get32(head, kHdrSections);
+  h->n_tokens = le::Get64(head, kHdrTokens);
+  h->body_bytes = le::Get64(head, kHdrBodyBytes);
+  h->body_hash = le::Get64(head, kHdrBodyHash);
   if (h->layers == 0 || h->layers > kMaxStateLayers) {
     return Status::Invalid(At(source, kHdrLayers) + ": layers is " + std::to_string(h->layers) +
                            ", must be 1.." + std::to_string(kMaxStateLayers) + kSaveAgain);
@@ -125,7 +103,7 @@ Status DecodeHeader(std::string_view head, uint64_t file_size, const std::string
                            std::to_string(h->n_tokens) + ", exceeds the bound " +
                            std::to_string(kMaxStateTokens) + " (2^20)" + kSaveAgain);
   }
-  const Hash128 model{GetU64(head, kHdrModelHigh), GetU64(head, kHdrModelLow)};
+  const Hash128 model{le::Get64(head, kHdrModelHigh), le::Get64(head, kHdrModelLow)};
   if (!(model == expected_model)) {
     return Status::Invalid(
         At(source, kHdrModelHigh) + ": model: saved for another prepared directory (k3.json "
@@ -162,25 +140,25 @@ std::string EncodeSequenceState(const SequenceState& s) {
   std::string out;
   out.reserve(kSequenceStateHeaderSize + body_bytes);
   out.append(kSequenceStateMagic.data(), kSequenceStateMagic.size());
-  AppendU32(out, kSequenceStateVersion);
-  AppendU64(out, s.model.high);
-  AppendU64(out, s.model.low);
-  AppendU32(out, s.layers);
-  AppendU32(out, static_cast<uint32_t>(s.sections.size()));
-  AppendU64(out, s.tokens.size());
-  AppendU64(out, body_bytes);
-  AppendU64(out, 0);  // body_xxh3_64, set below
-  AppendU64(out, 0);  // reserved
-  for (const int32_t t : s.tokens) AppendU32(out, static_cast<uint32_t>(t));
+  le::Append32(out, kSequenceStateVersion);
+  le::Append64(out, s.model.high);
+  le::Append64(out, s.model.low);
+  le::Append32(out, s.layers);
+  le::Append32(out, static_cast<uint32_t>(s.sections.size()));
+  le::Append64(out, s.tokens.size());
+  le::Append64(out, body_bytes);
+  le::Append64(out, 0);  // body_xxh3_64, set below
+  le::Append64(out, 0);  // reserved
+  for (const int32_t t : s.tokens) le::Append32(out, static_cast<uint32_t>(t));
   for (const StateSection& sec : s.sections) {
-    AppendU32(out, sec.layer);
-    AppendU32(out, sec.kind);
-    AppendU64(out, sec.data.size());
+    le::Append32(out, sec.layer);
+    le::Append32(out, sec.kind);
+    le::Append64(out, sec.data.size());
     if (!sec.data.empty()) {  // an empty vector's data() may be null
       out.append(reinterpret_cast<const char*>(sec.data.data()), 4 * sec.data.size());
     }
   }
-  PutU64(out, kHdrBodyHash,
+  le::Put64(out, kHdrBodyHash,
          Xxh3_64(out.data() + kSequenceStateHeaderSize, out.size() - kSequenceStateHeaderSize));
   return out;
 }
@@ -199,7 +177,7 @@ Status DecodeBody(std::string_view bytes, const Header& h, const std::string& so
   }
   s->tokens.resize(h.n_tokens);
   for (uint64_t i = 0; i < h.n_tokens; ++i, at += 4) {
-    const auto t = static_cast<int32_t>(GetU32(bytes, at));
+    const auto t = static_cast<int32_t>(le::Get32(bytes, at));
     if (t < 0) {
       return Status::Invalid(At(source, at) + ": tokens[" + std::to_string(i) + "] is " +
                              std::to_string(t) + ", must be >= 0" + kSaveAgain);
@@ -216,9 +194,9 @@ Status DecodeBody(std::string_view bytes, const Header& h, const std::string& so
                              std::to_string(h.n_sections) + ")" + kSaveAgain);
     }
     StateSection sec;
-    sec.layer = GetU32(bytes, at);
-    sec.kind = GetU32(bytes, at + 4);
-    const uint64_t n_floats = GetU64(bytes, at + 8);
+    sec.layer = le::Get32(bytes, at);
+    sec.kind = le::Get32(bytes, at + 4);
+    const uint64_t n_floats = le::Get64(bytes, at + 8);
     if (sec.kind != kKda && sec.kind != kMla) {
       return Status::Invalid(where + ": kind is " + std::to_string(sec.kind) +
                              ", unknown (1 = KDA, 2 = MLA)" + kSaveAgain);
@@ -317,20 +295,33 @@ Status WriteSequenceState(Env* env, const std::string& path, const SequenceState
   return WriteFileAtomic(env, path, EncodeSequenceState(s));
 }
 
-Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
-                                        const Hash128& expected_model) {
+namespace {
+
+// Opens `path` and checks its header and size (the refusals that need no body); the open file
+// is left in *file for a caller that reads the body.
+Status OpenChecked(Env* env, const std::string& path, const Hash128& expected_model,
+                   std::unique_ptr<File>* file, uint64_t* size, Header* h) {
   if (!env->Exists(path)) {
     return Status::Invalid(path + ": no such file (--load-state takes a file written by k3run "
                            "--save-state)");
   }
-  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env->Open(path, OpenMode::kRead));
-  K3_ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  K3_ASSIGN_OR_RETURN(*file, env->Open(path, OpenMode::kRead));
+  K3_ASSIGN_OR_RETURN(*size, (*file)->Size());
   // The header first: a foreign, old or cut-short file is refused before the body is read.
-  std::string head(std::min<uint64_t>(size, kSequenceStateHeaderSize), '\0');
-  K3_RETURN_IF_ERROR(file->ReadExact(0, head.size(), head.data()));
+  std::string head(std::min<uint64_t>(*size, kSequenceStateHeaderSize), '\0');
+  K3_RETURN_IF_ERROR((*file)->ReadExact(0, head.size(), head.data()));
+  K3_RETURN_IF_ERROR(DecodeHeader(head, *size, path, expected_model, h));
+  return CheckFileSize(*size, *h, path);
+}
+
+}  // namespace
+
+Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
+                                        const Hash128& expected_model) {
+  std::unique_ptr<File> file;
+  uint64_t size = 0;
   Header h;
-  K3_RETURN_IF_ERROR(DecodeHeader(head, size, path, expected_model, &h));
-  K3_RETURN_IF_ERROR(CheckFileSize(size, h, path));
+  K3_RETURN_IF_ERROR(OpenChecked(env, path, expected_model, &file, &size, &h));
   std::string bytes(static_cast<size_t>(size), '\0');
   K3_RETURN_IF_ERROR(file->ReadExact(0, bytes.size(), bytes.data()));
   K3_RETURN_IF_ERROR(file->Close());
@@ -339,18 +330,11 @@ Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
 
 Result<StateHeader> ReadSequenceStateHeader(Env* env, const std::string& path,
                                             const Hash128& expected_model) {
-  if (!env->Exists(path)) {
-    return Status::Invalid(path + ": no such file (--load-state takes a file written by k3run "
-                           "--save-state)");
-  }
-  K3_ASSIGN_OR_RETURN(std::unique_ptr<File> file, env->Open(path, OpenMode::kRead));
-  K3_ASSIGN_OR_RETURN(const uint64_t size, file->Size());
-  std::string head(std::min<uint64_t>(size, kSequenceStateHeaderSize), '\0');
-  K3_RETURN_IF_ERROR(file->ReadExact(0, head.size(), head.data()));
-  K3_RETURN_IF_ERROR(file->Close());
+  std::unique_ptr<File> file;
+  uint64_t size = 0;
   Header h;
-  K3_RETURN_IF_ERROR(DecodeHeader(head, size, path, expected_model, &h));
-  K3_RETURN_IF_ERROR(CheckFileSize(size, h, path));
+  K3_RETURN_IF_ERROR(OpenChecked(env, path, expected_model, &file, &size, &h));
+  K3_RETURN_IF_ERROR(file->Close());
   return StateHeader{h.layers, h.n_tokens, h.body_bytes};
 }
 

@@ -41,18 +41,6 @@ std::string Join(const std::vector<int32_t>& ids) {
   return s;
 }
 
-CliIo Stdin(std::vector<std::string> lines) {
-  auto q = std::make_shared<std::deque<std::string>>(lines.begin(), lines.end());
-  CliIo io;
-  io.read_line = [q]() -> std::optional<std::string> {
-    if (q->empty()) return std::nullopt;
-    std::string l = q->front();
-    q->pop_front();
-    return l;
-  };
-  return io;
-}
-
 TEST(K3runText, PromptFileGenZeroRecordsThePromptIds) {
   test::TempDir tmp;
   const std::string text = "Hello, world! [BOS] 123 日本語\r\n\tend";

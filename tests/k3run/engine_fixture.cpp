@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <memory>
+#include <optional>
+
 #include "k3run/engine/generate.h"
 #include "tests/support/synth_fixture.h"
 
@@ -80,6 +84,18 @@ CliRun RunCliArgs(const std::vector<std::string>& args, CliIo io) {
   run.exit_code = K3runMain(static_cast<int>(argv.size()), argv.data(), io);
   run.stderr_text = ::testing::internal::GetCapturedStderr();
   return run;
+}
+
+CliIo Stdin(std::vector<std::string> lines) {
+  auto q = std::make_shared<std::deque<std::string>>(lines.begin(), lines.end());
+  CliIo io;
+  io.read_line = [q]() -> std::optional<std::string> {
+    if (q->empty()) return std::nullopt;
+    std::string l = q->front();
+    q->pop_front();
+    return l;
+  };
+  return io;
 }
 
 }  // namespace k3::run::testing

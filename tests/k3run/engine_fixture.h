@@ -52,6 +52,8 @@ struct CliRun {
   std::string stderr_text;
 };
 CliRun RunCliArgs(const std::vector<std::string>& args, CliIo io = {});
+// A CliIo whose stdin gives `lines`, one per read, then end of input (chat tests).
+CliIo Stdin(std::vector<std::string> lines);
 
 // A prompt that exercises the tiny model (ids < 1280).
 inline const std::vector<int32_t> kPrompt = {3, 7, 11, 5, 9, 300, 1000, 42};

@@ -30,18 +30,6 @@ std::vector<int32_t> GeneratedIds(const std::string& report) {
 
 const std::string kLongIds = "3,7,11,5,9,300,1000,42,17,23,99,512,640,77,1,2,8,13,21,34,55,89";
 
-CliIo Stdin(std::vector<std::string> lines) {
-  auto q = std::make_shared<std::deque<std::string>>(lines.begin(), lines.end());
-  CliIo io;
-  io.read_line = [q]() -> std::optional<std::string> {
-    if (q->empty()) return std::nullopt;
-    std::string l = q->front();
-    q->pop_front();
-    return l;
-  };
-  return io;
-}
-
 TEST(K3runLongContext, ChunkGivesTheSameLogitsAndShowsPrefillProgress) {
   test::TempDir tmp;
   const CliRun whole = RunCliArgs({TinyPreparedDir(), "--ids", kLongIds, "--gen", "3",

@@ -56,25 +56,27 @@ print(",".join(out))' "$n" "$vocab")
     --no-floor --quiet --out "$work/prefill-$n.json" "${extra[@]}"
 done
 
-python3 - "$work" "$lengths" <<'PY'
-import json, sys
-work, lengths = sys.argv[1], sys.argv[2].split(",")
-print("| prompt | chunk | prefill s | ms/prompt token | prompt tok/s | decode tok/s | prompt ÷ decode tok/s | MLA share | trunk B/prompt tok ÷ decode | lm_head B/prompt tok ÷ decode | experts B/prompt tok |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+python3 - "$work" "$lengths" "$prepared" <<'PY'
+import json, math, sys
+work, lengths, prepared = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+idx = json.load(open(f"{prepared}/k3.json"))
+print("| prompt | chunk | passes | prefill s | ms/prompt token | prompt tok/s | decode tok/s | prompt ÷ decode tok/s | MLA share | trunk B per prompt token × chunk ÷ decode's | lm_head B of the prefill ÷ decode's | expert B per pass (MB) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for n in lengths:
     r = json.load(open(f"{work}/prefill-{n}.json"))
     steps = r["steps"]
     p, dec = steps[0], steps[1:]
     n_in = p["tokens_in"]
+    chunk = r["memory_plan"]["chunk"]
+    passes = math.ceil(n_in / chunk)
     dec_s = sum(s["seconds"] for s in dec) / max(len(dec), 1)
     dec_trunk = sum(s["bytes_read"]["trunk"] for s in dec) / max(len(dec), 1)
     dec_lm = sum(s["bytes_read"]["lm_head"] for s in dec) / max(len(dec), 1)
-    chunk = r["memory_plan"]["chunk"]
-    ratio = lambda a, b: f"{a / b:.3f}" if b else "n/a"
-    print(f"| {n_in} | {chunk} | {p['seconds']:.2f} | {1e3 * p['seconds'] / n_in:.2f} | "
+    ratio = lambda a, b: f"{a / b:.3f}" if b else "n/a (held)"
+    print(f"| {n_in} | {chunk} | {passes} | {p['seconds']:.2f} | {1e3 * p['seconds'] / n_in:.2f} | "
           f"{n_in / p['seconds']:.1f} | {1 / dec_s:.2f} | {(n_in / p['seconds']) * dec_s:.2f} | "
           f"{p['mla_seconds'] / p['seconds']:.1%} | "
-          f"{ratio(p['bytes_read']['trunk'] / n_in, dec_trunk)} | "
-          f"{ratio(p['bytes_read']['lm_head'] / n_in, dec_lm)} | "
-          f"{p['bytes_read']['experts'] / n_in:.0f} |")
+          f"{ratio(p['bytes_read']['trunk'] / n_in * chunk, dec_trunk)} | "
+          f"{ratio(p['bytes_read']['lm_head'], dec_lm)} | "
+          f"{p['bytes_read']['experts'] / passes / 1e6:.1f} |")
 PY

@@ -403,14 +403,15 @@ Result<std::unique_ptr<CacheTraceWriter>> OpenTrace(Env* env, const Engine& engi
                                                  o.prepared));
 }
 
-void LogPlan(const Engine& engine, kernels::Isa isa) {
+void LogPlan(const Engine& engine, kernels::Isa isa, bool chat) {
   const MemoryPlan& plan = engine.memory_plan();
   const ModelConfig& c = engine.config();
-  if (engine.streaming_plan()) LogInfo(engine.streaming_plan()->Describe());
   LogInfo("plan: " + plan.Describe() + "; MemAvailable " + FormatGb(engine.mem_available()) +
           "; ISA " + kernels::IsaName(isa) + ", threads " + std::to_string(kernels::Threads()));
-  LogInfo("context: " + std::to_string(plan.positions) + " positions (--ctx), passes of up to " +
-          std::to_string(plan.chunk) + " rows (--chunk)");
+  if (chat) {  // the context a chat chose for itself (a prompt run's is what it needs)
+    LogInfo("context: " + std::to_string(plan.positions) + " positions (--ctx), passes of up to " +
+            std::to_string(plan.chunk) + " rows (--chunk)");
+  }
   if (engine.layers() != c.n_layers) {
     LogWarn("--layers " + std::to_string(engine.layers()) + ": running the first " +
             std::to_string(engine.layers()) + " of " + std::to_string(c.n_layers) +
@@ -685,6 +686,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(int64_t P, ResolvePrompt(*engine, o, &input));
   K3_ASSIGN_OR_RETURN(int64_t held, HeldByState(env, *engine, o));
   K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines));
+  if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
   PrefillProgress prefill(lines ? ResolvedProgressMode(o.output.progress) : ProgressMode::kNone,
                           engine->chunk(), [](std::string_view s) {
                             if (!Quiet()) WriteStderr(s);
@@ -696,7 +698,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(std::unique_ptr<CacheTraceWriter> trace, OpenTrace(env, *engine, o));
   K3_RETURN_IF_ERROR(engine->LoadWeights(trace.get()));
   if (lines) {
-    LogPlan(*engine, isa);
+    LogPlan(*engine, isa, o.chat);
   }
   const uint64_t seed = ChooseSeed(o);
   if (o.chat && !o.save_state.empty()) {

@@ -40,9 +40,9 @@ TEST(K3runLongContext, ChunkGivesTheSameLogitsAndShowsPrefillProgress) {
   ASSERT_EQ(whole.exit_code, 0) << whole.stderr_text;
   ASSERT_EQ(chunked.exit_code, 0) << chunked.stderr_text;
   EXPECT_EQ(test::ReadWholeFile(tmp.Join("a.bin")), test::ReadWholeFile(tmp.Join("b.bin")));
-  EXPECT_TRUE(Has(chunked.stderr_text, "passes of up to 4 rows (--chunk)")) << chunked.stderr_text;
+  EXPECT_TRUE(Has(chunked.stderr_text, "for passes of up to 4 rows")) << chunked.stderr_text;
   EXPECT_TRUE(Has(chunked.stderr_text, "prefill 22/22 tokens (100%)")) << chunked.stderr_text;
-  EXPECT_TRUE(Has(whole.stderr_text, "passes of up to 22 rows")) << whole.stderr_text;
+  EXPECT_TRUE(Has(whole.stderr_text, "for passes of up to 22 rows")) << whole.stderr_text;
 }
 
 TEST(K3runLongContext, CtxBelowWhatTheRunNeedsIsExit2) {

@@ -2,6 +2,7 @@
 // Sections: per KDA layer S ‖ hist_q ‖ hist_k ‖ hist_v; per MLA layer the latent cache rows
 // [0, length). Positions past the length are never read, so they are not stored.
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -12,12 +13,21 @@ namespace k3::run {
 
 namespace {
 
+// A KDA layer's section: these four buffers, concatenated in this order.
+std::array<const std::vector<float>*, 4> KdaParts(const ops::KdaState& k) {
+  return {&k.S, &k.hist_q, &k.hist_k, &k.hist_v};
+}
+
+size_t KdaFloats(const ops::KdaState& k) {
+  size_t n = 0;
+  for (const std::vector<float>* v : KdaParts(k)) n += v->size();
+  return n;
+}
+
 std::vector<float> KdaSection(const ops::KdaState& k) {
   std::vector<float> out;
-  out.reserve(k.S.size() + k.hist_q.size() + k.hist_k.size() + k.hist_v.size());
-  for (const std::vector<float>* v : {&k.S, &k.hist_q, &k.hist_k, &k.hist_v}) {
-    out.insert(out.end(), v->begin(), v->end());
-  }
+  out.reserve(KdaFloats(k));
+  for (const std::vector<float>* v : KdaParts(k)) out.insert(out.end(), v->begin(), v->end());
   return out;
 }
 
@@ -96,7 +106,7 @@ Status Engine::LoadSequence(const std::string& path, Sequence* seq) const {
       m.len = n;
     } else {
       ops::KdaState& k = state.kda[l];
-      K3_RETURN_IF_ERROR(CheckSectionSize(path, s, KdaSection(k).size()));
+      K3_RETURN_IF_ERROR(CheckSectionSize(path, s, KdaFloats(k)));
       auto it = s.data.begin();
       for (std::vector<float>* v : {&k.S, &k.hist_q, &k.hist_k, &k.hist_v}) {
         std::copy(it, it + static_cast<ptrdiff_t>(v->size()), v->begin());

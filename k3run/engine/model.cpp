@@ -33,6 +33,7 @@ void State::Reset() {
   for (ops::KdaState& k : kda) k.Reset();
   for (ops::MlaCache& m : mla) m.len = 0;  // rows past len are never read
   pos = 0;
+  invalid = false;
 }
 
 Model::Model(const ModelConfig& c, WeightSource* weights, int layers)

@@ -30,6 +30,8 @@ struct State {
   std::vector<ops::KdaState> kda;  // [n_layers]; sized only for KDA layers < layers
   std::vector<ops::MlaCache> mla;  // [n_layers]; sized (capacity positions) only for MLA layers
   int64_t pos = 0;                 // positions already in the cache
+  // Rows of this sequence were routed to an expert that could not be read (RUN INVALID).
+  bool invalid = false;
 
   // `capacity`: positions the MLA caches hold (prompt + generated tokens fed back).
   static State Make(const ModelConfig& c, int layers, int64_t capacity);

@@ -328,4 +328,63 @@ Status Engine::Commit(Sequence* seq, int64_t rows) {
   return Status::Ok();
 }
 
+// ---- Snapshots (the prompt cache) ----
+
+uint64_t SequenceSnapshot::bytes() const {
+  uint64_t n = tokens.size() * sizeof(int32_t);
+  for (const ops::KdaState& k : state.kda) {
+    n += (k.S.size() + k.hist_q.size() + k.hist_k.size() + k.hist_v.size()) * sizeof(float);
+  }
+  for (const ops::MlaCache& m : state.mla) n += m.data.size() * sizeof(float);
+  return n;
+}
+
+SequenceSnapshot Engine::Snapshot(const Sequence& seq) const {
+  SequenceSnapshot snap;
+  snap.tokens = seq.tokens_;
+  snap.state.kda = seq.state_.kda;
+  snap.state.pos = seq.state_.pos;
+  snap.state.invalid = seq.state_.invalid;
+  snap.state.mla.resize(seq.state_.mla.size());
+  for (size_t L = 0; L < seq.state_.mla.size(); ++L) {
+    const ops::MlaCache& from = seq.state_.mla[L];
+    ops::MlaCache& to = snap.state.mla[L];
+    to.capacity = to.len = from.len;
+    to.latent = from.latent;
+    to.width = from.width;
+    to.data.assign(from.data.begin(), from.data.begin() + from.len * from.width);
+  }
+  return snap;
+}
+
+Status Engine::Restore(const SequenceSnapshot& snap, Sequence* seq) const {
+  const auto n = static_cast<int64_t>(snap.tokens.size());
+  if (seq->length() != 0 || seq->pending_ != 0) {
+    return Status::Invalid("Restore: the sequence is not empty");
+  }
+  if (n > seq->capacity_ || snap.state.mla.size() != seq->state_.mla.size() ||
+      snap.state.kda.size() != seq->state_.kda.size()) {
+    return Status::Invalid("Restore: the snapshot (" + std::to_string(n) +
+                           " positions) does not fit this sequence");
+  }
+  for (size_t L = 0; L < snap.state.mla.size(); ++L) {
+    const ops::MlaCache& from = snap.state.mla[L];
+    ops::MlaCache& to = seq->state_.mla[L];
+    std::copy(from.data.begin(), from.data.end(), to.data.begin());
+    to.len = from.len;
+  }
+  for (size_t L = 0; L < snap.state.kda.size(); ++L) {
+    ops::KdaState& to = seq->state_.kda[L];
+    const ops::KdaState& from = snap.state.kda[L];
+    to.S = from.S;
+    to.hist_q = from.hist_q;
+    to.hist_k = from.hist_k;
+    to.hist_v = from.hist_v;
+  }
+  seq->state_.pos = snap.state.pos;
+  seq->state_.invalid = snap.state.invalid;
+  seq->tokens_ = snap.tokens;
+  return Status::Ok();
+}
+
 }  // namespace k3::run

@@ -40,6 +40,17 @@ namespace k3::run {
 
 class Engine;
 
+// --max-seqs when the plan chooses (PlanOptions::sequences = 0).
+inline constexpr int64_t kDefaultMaxSeqs = 16;
+
+// A copy of a committed sequence (tokens, KDA states, latent rows up to its length): the
+// server's prompt cache. Restoring it and continuing gives the bits of the original.
+struct SequenceSnapshot {
+  std::vector<int32_t> tokens;
+  State state;      // MLA caches hold exactly tokens.size() rows (capacity = length)
+  uint64_t bytes() const;  // what the snapshot holds in memory
+};
+
 // A sequence: the tokens fed so far, the carried state (KDA state + MLA cache per layer), and
 // its own sampler (one RNG per sequence: nothing random is shared between sequences).
 class Sequence {
@@ -48,6 +59,9 @@ class Sequence {
   int64_t length() const { return static_cast<int64_t>(tokens_.size()); }
   int64_t capacity() const { return capacity_; }  // positions the caches hold
   int64_t pending() const { return pending_; }    // rows of the last Step not yet committed
+  // Rows of this sequence were routed to an expert that could not be read: its output since
+  // is not the model's (RUN INVALID). Cleared by Reset.
+  bool invalid() const { return state_.invalid; }
   Sampler& sampler() { return sampler_; }
   // Back to an empty sequence (zero state, empty caches), keeping the allocations.
   void Reset();
@@ -68,6 +82,9 @@ struct StepInput {
   Sequence* seq = nullptr;
   std::vector<int32_t> ids;      // ≥ 1, each < vocab
   Logits logits = Logits::kLast;
+  // Rows that Commit may discard (speculative drafts): KDA layers run them on a scratch copy of
+  // the state and record what the recurrence consumes; at most plan spec_rows + 1 rows.
+  bool tentative = false;
 };
 
 struct StepResult {
@@ -98,6 +115,10 @@ using EventSink = std::function<void(const EngineEvent&)>;
 struct PlanOptions {
   int layers = 0;                 // first N layers only (a diagnostic); 0: every layer
   int64_t positions = 1;          // per sequence: the positions its caches hold (--ctx)
+  int64_t sequences = 1;          // sequences held at once (--max-seqs), each with its caches
+                                  // and KDA states; 0: as many as fit, at most kDefaultMaxSeqs
+  int64_t spec_rows = 0;          // the most draft rows a pass verifies (--spec N): each KDA
+                                  // layer keeps per-row records for N + 1 rows per sequence
   int64_t pass_rows = 1;          // the most rows the caller feeds at once (a prompt's length)
   int64_t chunk = 0;              // rows per pass (--chunk); 0: the largest the plan allows,
                                   // at most min(pass_rows, kDefaultMaxChunk)
@@ -139,9 +160,11 @@ class Engine {
   // (kLast) or to none. Refused before any pass when the rows do not fit the sequence.
   Result<StepResult> Feed(Sequence* seq, std::span<const int32_t> ids,
                           Logits logits = Logits::kLast);
-  // Keeps the first `rows` of the sequence's pending rows. Discarding rows of a sequence with
-  // KDA layers needs the recurrence's per-row records (speculative decoding), not built yet:
-  // kInvalid then; a sequence of MLA layers only rolls back by a length reset.
+  // Keeps the first `rows` of the sequence's pending rows and discards the rest without another
+  // pass over the weights: MLA caches by a length reset; KDA layers replay the kept rows'
+  // recorded recurrence inputs on the live state (DESIGN.md §11.4). Rows stepped with
+  // `tentative` false were applied to the state directly: they can only be kept (all of them)
+  // or the sequence Reset.
   Status Commit(Sequence* seq, int64_t rows);
 
   // --save-state / --load-state (DESIGN.md §11.3): the committed sequence (tokens, KDA states,
@@ -152,6 +175,10 @@ class Engine {
   // loaded sequence gives the bits of never having stopped.
   Status SaveSequence(const Sequence& seq, const std::string& path) const;
   Status LoadSequence(const std::string& path, Sequence* seq) const;
+  // The prompt cache's copies (DESIGN.md §11.5). Snapshot needs nothing pending; Restore needs
+  // an empty sequence of this engine with room for the snapshot's tokens.
+  SequenceSnapshot Snapshot(const Sequence& seq) const;
+  Status Restore(const SequenceSnapshot& snap, Sequence* seq) const;
 
   const prepared::PreparedDir& prepared() const { return *prepared_; }
   const ModelConfig& config() const { return config_; }

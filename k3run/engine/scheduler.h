@@ -1,0 +1,134 @@
+// The multi-sequence scheduler (DESIGN.md §11.4): many requests share each pass over the weights.
+// `--batch FILE` and `--serve` both run on it; nothing else decides which rows share a pass.
+//
+// Continuous batching: a request waits in a FIFO queue until one of `max_seqs` slots is free;
+// a slot holds one Sequence (its KDA states and latent caches are allocated once per slot and
+// Reset between requests). Each pass takes, in slot order:
+//   - one decode row from every slot that is generating, then
+//   - prompt rows of slots that are still prefilling, oldest request first, until the pass holds
+//     `pass_rows` rows (the plan's chunk); a prompt longer than that is fed over several passes.
+// A request finishes at its token limit, a stop id, when its callback says stop (stop strings,
+// a client gone), on Cancel, or when the end of its context is reached; its slot takes the next
+// queued request in the same call.
+//
+// Bits: every request gets exactly the logits (so the ids) of running it alone through
+// Generate: rows never interact across sequences (DESIGN.md §11.2a), each request has its own
+// Sampler (one RNG per sequence, seeded from the request), and a prompt split across passes
+// gives the bits of one pass (chunk identity).
+// Expert read failures: a request whose rows were routed to an expert that could not be read
+// ends with kError and status kUnreliable ("RUN INVALID", exit 4), the others go on.
+// Threads: Submit, Cancel and the counters may be called from any thread; RunPass, and so every
+// callback, runs on the one thread that drives the Engine.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "k3run/engine/sampler.h"
+#include "k3run/engine/session.h"
+
+namespace k3::run {
+
+// Why a request ended.
+enum class FinishReason {
+  kLength,     // generated max_tokens
+  kStopId,     // generated one of stop_ids (the id is part of the output)
+  kStopped,    // on_token returned false (a stop string matched, the client went away)
+  kContext,    // the sequence's positions are full
+  kCancelled,  // Cancel() or the scheduler shutting down
+  kError,      // a pass failed (status says why); an expert that could not be read: kUnreliable
+};
+const char* FinishReasonName(FinishReason r);  // "length", "stop_id", "stopped", ...
+
+struct Request {
+  std::vector<int32_t> prompt;   // ≥ 1 id, each < vocab (the submitter validates)
+  int64_t max_tokens = 0;        // tokens to generate; 0 = prefill only
+  SamplerOptions sampling;       // greedy by default
+  uint64_t seed = 0;
+  std::vector<int64_t> stop_ids;
+  // After each generated token, with its logits [vocab] (valid during the call). false: stop
+  // (the token stays part of the output).
+  std::function<bool(int32_t token, const float* logits)> on_token;
+  // After each pass that fed prompt rows: rows fed so far of the prompt (keep-alives, progress).
+  std::function<void(int64_t fed, int64_t total)> on_prefill;
+  // Exactly once, when the request ends (also on Cancel and shutdown).
+  std::function<void(const struct RequestResult&)> on_done;
+};
+
+struct RequestResult {
+  int64_t id = 0;
+  std::vector<int32_t> generated;
+  FinishReason reason = FinishReason::kLength;
+  Status status;                  // ok unless kError
+  int64_t prompt_tokens = 0;      // the prompt's length
+  int64_t prompt_fed = 0;         // of which fed by passes (less when the prompt cache served a prefix)
+  int64_t passes = 0;             // passes the request took part in
+  double queued_seconds = 0;      // submit → admission to a slot
+  double first_token_seconds = 0; // submit → first generated token
+  double seconds = 0;             // submit → done
+};
+
+struct SchedulerOptions {
+  int64_t max_seqs = 1;          // slots (sequences held at once); the plan must hold them
+  int64_t pass_rows = 0;         // the most rows in one pass; 0: the engine's chunk()
+  int64_t max_queue = -1;        // Submit refuses past this many waiting; −1: unbounded
+  uint64_t prompt_cache_bytes = 0;  // snapshots at the ends of recent prompts (LRU); 0: off
+};
+
+// Aggregate counters, readable from any thread (a consistent copy).
+struct SchedulerStats {
+  int64_t passes = 0;
+  int64_t rows = 0;               // Σ rows over passes
+  int64_t prompt_rows = 0;        // of which prompt rows
+  int64_t generated = 0;          // tokens generated
+  uint64_t bytes_read = 0;        // weight bytes read by all passes
+  double pass_seconds = 0;        // Σ pass wall time
+  int64_t active = 0;             // slots holding a request now
+  int64_t queued = 0;             // requests waiting now
+  int64_t finished = 0;
+  int64_t prompt_cache_hits = 0;  // requests that started from a snapshot
+  int64_t prompt_cache_tokens = 0;  // prompt tokens those snapshots saved
+  uint64_t prompt_cache_bytes = 0;  // held now
+};
+
+class Scheduler {
+ public:
+  // The engine must be planned for at least max_seqs sequences and loaded.
+  Scheduler(Engine* engine, const SchedulerOptions& o);
+  ~Scheduler();
+
+  // Queues a request; its id, or Status::Io naming the queue limit when max_queue requests
+  // already wait (the server's 429). Any thread.
+  Result<int64_t> Submit(Request r);
+  // Ends a request (queued or running) with kCancelled; its rows in flight are discarded and its
+  // slot is free for the next pass. Unknown or finished ids are ignored. Any thread.
+  void Cancel(int64_t id);
+  // Ends every request with kCancelled (shutdown). Any thread; takes effect at the next pass.
+  void CancelAll();
+
+  // Runs one pass if any request is queued or running (false when idle). Engine thread only.
+  // A failing pass ends the requests it carried with kError; the scheduler stays usable.
+  Result<bool> RunPass();
+  // RunPass until idle (--batch).
+  Status RunUntilIdle();
+  // Blocks until there is work or `wake()` was called; for the server's engine thread.
+  void WaitForWork();
+  void Wake();
+
+  bool Idle() const;
+  SchedulerStats Stats() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  SchedulerOptions options_;
+};
+
+}  // namespace k3::run

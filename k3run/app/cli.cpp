@@ -157,6 +157,10 @@ Status CheckModes(const RunOptions& o) {
     return Status::Invalid("--spec " + std::to_string(o.spec) + ": must be in [0, " +
                            std::to_string(kMaxSpec) + "] (0: off)");
   }
+  if (o.spec == 0 && (o.spec_fixed || !o.spec_oracle.empty())) {
+    return Status::Invalid(std::string(o.spec_fixed ? "--spec-fixed" : "--spec-oracle") +
+                           " needs --spec N");
+  }
   if (o.spec > 0 && o.recompute) {
     return Status::Invalid("--spec and --recompute are exclusive: --recompute re-runs the whole "
                            "prefix every step, there is nothing to draft against");
@@ -559,6 +563,23 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   g.gen = o.gen;
   g.recompute = o.recompute;
   g.spec = o.spec;
+  g.spec_fixed = o.spec_fixed;
+  if (!o.spec_oracle.empty()) {
+    // Drafts from the ids a plain run generated (benchmarks on synthetic weights, whose text
+    // never repeats): the output is the same whatever is drafted; only the passes differ.
+    K3_ASSIGN_OR_RETURN(std::vector<int32_t> truth, ParseIdList(o.spec_oracle, "--spec-oracle"));
+    for (int32_t id : truth) {
+      if (id >= vocab) {
+        return Status::Invalid("--spec-oracle: id " + std::to_string(id) + " is not below the "
+                               "vocabulary size " + std::to_string(vocab));
+      }
+    }
+    g.drafter = [truth](std::span<const int32_t>, int64_t done, int64_t n) {
+      const auto from = std::min<size_t>(static_cast<size_t>(done), truth.size());
+      const auto to = std::min<size_t>(from + static_cast<size_t>(n), truth.size());
+      return std::vector<int32_t>(truth.begin() + from, truth.begin() + to);
+    };
+  }
   g.stop_ids = StopIds(*engine, o);
   ShownText shown(tokenizer, o, terminal, out);
   g.stop_requested = [&shown] { return shown.stopped() || Interrupted(); };
@@ -850,6 +871,12 @@ void AddRunControlFlags(CLI::App* app, RunOptions* o) {
                   "speculative decoding: verify up to N prompt-lookup draft tokens per pass "
                   "(greedy only; same ids; 0: off)")
       ->default_val(0);
+  app->add_flag("--spec-fixed", o->spec_fixed,
+                "with --spec: draft N whenever the lookup finds N (no adaptation; to measure "
+                "what drafts cost)");
+  app->add_option("--spec-oracle", o->spec_oracle,
+                  "diagnostic: with --spec, draft from these ids (a plain run's generated ids) "
+                  "instead of the lookup: synthetic weights never repeat text");
   app->add_flag("--recompute", o->recompute,
                 "re-run the whole prefix every step (the check path; same bits, O(T^2))");
   app->add_option("--layers", o->layers, "run only the first N layers (NOT the model; default: all)")

@@ -65,6 +65,8 @@ struct RunOptions {
   bool gen_set = false;
   bool recompute = false;
   int64_t spec = 0;               // --spec N: verify up to N prompt-lookup drafts per pass
+  bool spec_fixed = false;        // --spec-fixed: always draft N when the lookup finds N
+  std::string spec_oracle;        // --spec-oracle IDS: diagnostic drafts from a known continuation
   std::vector<int64_t> stop_ids;
   std::vector<std::string> stop_strings;  // --stop (repeatable), matched on the decoded text
   bool ignore_eos = false;        // --ignore-eos: run exactly --gen tokens

@@ -25,6 +25,26 @@ TEST(PlanMemory, TinyPresetKvCacheAndStateByHand) {
   EXPECT_EQ(q.state_bytes, 3u * 6400u);
 }
 
+// Several sequences hold their own caches and states; --spec N adds N + 1 rows of KDA records
+// per sequence and layer (7·P + H floats a row) and one scratch copy of a KDA state.
+TEST(PlanMemory, SequencesAndSpeculationRecordsByHand) {
+  Result<ModelConfig> c = synth::PresetConfig("tiny");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const MemoryPlan p = PlanMemory(*c, 13, 10, 0, 1, 1, 3, 4);
+  EXPECT_EQ(p.kv_cache_bytes, 3u * 4u * 1600u);
+  EXPECT_EQ(p.state_bytes, 3u * 9u * 6400u);
+  EXPECT_EQ(p.record_bytes, 3u * 9u * 5u * (7u * 64u + 4u) * 4u + 6400u);
+  EXPECT_EQ(p.total(), p.kv_cache_bytes + p.state_bytes + p.record_bytes + p.scratch_bytes);
+  EXPECT_EQ(PlanMemory(*c, 13, 10, 0, 1, 1, 3, 0).record_bytes, 0u);
+  // Released: 0.465 GB of KDA state per sequence (DESIGN.md §11.4).
+  Result<ModelConfig> full = synth::PresetConfig("full");
+  ASSERT_TRUE(full.ok());
+  const MemoryPlan one = PlanMemory(*full, full->n_layers, 1, 0);
+  const MemoryPlan eight = PlanMemory(*full, full->n_layers, 1, 0, 1, 1, 8);
+  EXPECT_NEAR(double(one.state_bytes) / 1e9, 0.465, 0.001);
+  EXPECT_EQ(eight.state_bytes, 8 * one.state_bytes);
+}
+
 // Scratch grows with the rows of a pass and the positions MLA scores span, and is at least the
 // logits (3 × vocab floats) plus the residual stream.
 TEST(ScratchBytes, GrowsWithRowsAndPositionsAndCoversTheLogits) {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "engine_fixture.h"
@@ -213,6 +215,79 @@ Result<std::string> Continue(const std::string& prepared_dir) {
     in.ids = {next};  // the next pass feeds the chosen token
   }
   return text;
+}
+
+// A source that serves RamWeights' weights, logs the experts asked for, and fails one.
+class OneExpertFails final : public WeightSource {
+ public:
+  explicit OneExpertFails(WeightSource* inner) : inner_(inner) {}
+  std::set<std::pair<int, int>> asked;
+  std::pair<int, int> failing{-1, -1};
+
+  Result<const ops::LayerWeights*> Layer(int l) override { return inner_->Layer(l); }
+  void ReleaseLayer(int l) override { inner_->ReleaseLayer(l); }
+  const ops::GluWeights* Expert(int l, int e) override {
+    asked.insert({l, e});
+    if (std::make_pair(l, e) == failing) {
+      failures_.push_back(ExpertFailure{l, e, "injected"});
+      return nullptr;
+    }
+    return inner_->Expert(l, e);
+  }
+  void ReleaseExperts(int l) override { inner_->ReleaseExperts(l); }
+  Status EmbeddingRows(const int32_t* ids, int64_t n, float* out) override {
+    return inner_->EmbeddingRows(ids, n, out);
+  }
+  int64_t LmHeadChunkRows() const override { return inner_->LmHeadChunkRows(); }
+  Result<kernels::Matrix> LmHeadRows(int64_t b, int64_t n) override {
+    return inner_->LmHeadRows(b, n);
+  }
+  Result<const HeadWeights*> Head() override { return inner_->Head(); }
+  ReadCounters Counters() const override { return inner_->Counters(); }
+  const std::vector<ExpertFailure>& Failures() const override { return failures_; }
+  uint64_t PlannedResidentBytes() const override { return inner_->PlannedResidentBytes(); }
+
+ private:
+  WeightSource* inner_;
+  std::vector<ExpertFailure> failures_;
+};
+
+// An expert that cannot be read makes RUN INVALID exactly the sequences whose rows it was
+// routed to; a sequence beside them in the same pass keeps its own bits and stays valid.
+TEST(Session, ExpertFailureMarksOnlyTheSequencesRoutedToIt) {
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), TinyPreparedDir());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Result<std::unique_ptr<RamWeights>> ram = RamWeights::Open(Env::Default(), &*p);
+  ASSERT_TRUE(ram.ok()) << ram.status().ToString();
+  OneExpertFails source(ram->get());
+  std::unique_ptr<Engine> e = Engine::WithSource(p->manifest.config, &source, 0, 8);
+  const int64_t V = e->config().vocab;
+  // Which experts each one-token sequence uses alone.
+  auto alone = [&](int32_t id, std::vector<float>* logits) {
+    source.asked.clear();
+    std::unique_ptr<Sequence> s = e->NewSequence();
+    std::vector<StepInput> in{{s.get(), {id}, Logits::kLast}};
+    Result<StepResult> r = e->Step(in);
+    EXPECT_TRUE(r.ok());
+    if (logits && r.ok()) *logits = r->logits;
+    return source.asked;
+  };
+  std::vector<float> b_alone;
+  const std::set<std::pair<int, int>> a_uses = alone(3, nullptr), b_uses = alone(700, &b_alone);
+  for (const auto& x : a_uses) {
+    if (!b_uses.count(x)) source.failing = x;
+  }
+  ASSERT_NE(source.failing.first, -1) << "every expert of A is also one of B's";
+  std::unique_ptr<Sequence> a = e->NewSequence(), b = e->NewSequence();
+  std::vector<StepInput> both{{a.get(), {3}, Logits::kLast}, {b.get(), {700}, Logits::kLast}};
+  Result<StepResult> r = e->Step(both);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(a->invalid());
+  EXPECT_FALSE(b->invalid());
+  EXPECT_TRUE(SameBits(r->LogitsOf(1, V), b_alone.data(), static_cast<size_t>(V)));
+  ASSERT_TRUE(e->Commit(a.get(), 1).ok());
+  a->Reset();
+  EXPECT_FALSE(a->invalid());
 }
 
 TEST(Session, DocumentedExample) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -288,6 +289,36 @@ TEST(Session, ExpertFailureMarksOnlyTheSequencesRoutedToIt) {
   ASSERT_TRUE(e->Commit(a.get(), 1).ok());
   a->Reset();
   EXPECT_FALSE(a->invalid());
+}
+
+// --max-seqs from the plan (PlanOptions::sequences = 0): as many sequences as the memory holds
+// beside the weights and one row of scratch, at most kDefaultMaxSeqs.
+TEST(Session, SequencesZeroTakesWhatTheMemoryHolds) {
+  auto plan = [](int64_t sequences, uint64_t avail) -> std::optional<MemoryPlan> {
+    Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), TinyPreparedDir());
+    EXPECT_TRUE(e.ok());
+    PlanOptions po;
+    po.positions = 64;
+    po.pass_rows = 1;
+    po.sequences = sequences;
+    po.mem_available = [avail]() -> Result<uint64_t> { return avail; };
+    if (!(*e)->Plan(po).ok()) return std::nullopt;
+    return (*e)->memory_plan();
+  };
+  const std::optional<MemoryPlan> one = plan(1, uint64_t{1} << 40);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->sequences, 1);
+  const uint64_t per_seq = one->kv_cache_bytes + one->state_bytes;
+  const std::optional<MemoryPlan> ample = plan(0, uint64_t{1} << 40);
+  ASSERT_TRUE(ample.has_value());
+  EXPECT_EQ(ample->sequences, kDefaultMaxSeqs);
+  EXPECT_EQ(ample->state_bytes, uint64_t(kDefaultMaxSeqs) * one->state_bytes);
+  const std::optional<MemoryPlan> three = plan(0, one->total() + 5 * per_seq / 2);
+  ASSERT_TRUE(three.has_value());
+  EXPECT_EQ(three->sequences, 3);
+  EXPECT_LE(three->total(), one->total() + 5 * per_seq / 2);
+  // Asking for more than fits is refused, naming the sequences.
+  EXPECT_FALSE(plan(4, one->total() + 5 * per_seq / 2).has_value());
 }
 
 TEST(Session, DocumentedExample) {

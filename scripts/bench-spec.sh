@@ -5,7 +5,9 @@
 #   adaptive   --spec N on random ids: the prompt lookup rarely finds a draft (its cost)
 #   hits       --spec N drafting the known continuation (every draft kept: what a repeated
 #              passage gives a real model; synthetic weights never repeat text, so the
-#              continuation of the plain run stands in for the lookup, via --spec-oracle)
+#              continuation of the plain run stands in for the lookup, via --spec-oracle);
+#              the draft length adapts to the acceptance and the plan's cost of a row
+#   hits-fixed the same with --spec-fixed: N drafted every pass whatever a row costs
 #   forced     --spec N --spec-fixed drafting wrong tokens (every draft refused: the cost of a
 #              verifying pass that keeps nothing)
 # and prints decode passes, tokens per pass, s/token and bytes read per token against plain.
@@ -67,6 +69,8 @@ for rung in "${rung_list[@]}"; do
   "$k3run" "$prepared" "${common[@]}" --spec "$spec" --out "$work/$rung-adaptive.json" >/dev/null
   "$k3run" "$prepared" "${common[@]}" --spec "$spec" --spec-oracle "$truth" \
     --out "$work/$rung-hits.json" >/dev/null
+  "$k3run" "$prepared" "${common[@]}" --spec "$spec" --spec-fixed --spec-oracle "$truth" \
+    --out "$work/$rung-hits-fixed.json" >/dev/null
   "$k3run" "$prepared" "${common[@]}" --spec "$spec" --spec-fixed \
     --spec-oracle "$(shifted "$truth")" --out "$work/$rung-forced.json" >/dev/null
 done
@@ -78,7 +82,7 @@ print("| rung | mode | decode passes | drafted / kept | tokens per pass | s/toke
 print("|---|---|---|---|---|---|---|---|")
 for rung in rungs:
     base = None
-    for mode in ["plain", "adaptive", "hits", "forced"]:
+    for mode in ["plain", "adaptive", "hits", "hits-fixed", "forced"]:
         r = json.load(open(f"{work}/{rung}-{mode}.json"))
         dec = r["steps"][1:]
         n = len(dec)

@@ -17,6 +17,7 @@
 #include "engine_fixture.h"
 #include "k3run/engine/generate.h"
 #include "k3run/engine/session.h"
+#include "tests/support/fault_env.h"
 
 namespace k3::run {
 namespace {
@@ -515,6 +516,46 @@ TEST(Scheduler, PromptCacheEvictsTheLeastRecentlyUsedByBytes) {
   EXPECT_EQ(out[4].result.prompt_fed, 1);  // hit on C's 10 tokens
   EXPECT_EQ(sched.Stats().prompt_cache_hits, 1);
   EXPECT_EQ(out[4].run.ids, Alone(e.get(), extend(2)).ids);
+}
+
+// A pass that fails (trunk.bin unreadable) ends the requests it carried with kError and the
+// read's status, each exactly once, and the scheduler goes on: a request submitted afterwards
+// is admitted, run and ended the same way (the file stays unreadable: an opened FaultEnv file
+// keeps its rule), then the scheduler is idle.
+TEST(Scheduler, FailingPassEndsItsRequestsWithKErrorAndTheSchedulerGoesOn) {
+  test::FaultEnv env;
+  env.SetRule(TinyPreparedDir() + "/trunk.bin", test::FaultRule::EioAt(100));
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(&env, TinyPreparedDir());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Engine> e = std::move(opened).value();
+  PlanOptions po;
+  po.positions = 16;
+  po.pass_rows = 16;
+  ASSERT_TRUE(e->Plan(po).ok());
+  ASSERT_TRUE(e->LoadWeights().ok());
+  const int64_t V = e->config().vocab;
+  SchedulerOptions o;
+  o.max_seqs = 2;
+  Scheduler sched(e.get(), o);
+  std::vector<Outcome> out(3);
+  const Spec spec{Prompt(5, 8, V), 3, {}, {}, 0};
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[0], V)).ok());
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[1], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[2], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].done_calls, 1) << i;
+    EXPECT_EQ(out[i].result.reason, FinishReason::kError) << i;
+    EXPECT_EQ(out[i].result.status.code(), Code::kIo) << out[i].result.status.ToString();
+    EXPECT_NE(out[i].result.status.message().find("trunk.bin"), std::string::npos)
+        << out[i].result.status.ToString();
+    EXPECT_EQ(out[i].result.passes, 1) << i;
+    EXPECT_TRUE(out[i].run.ids.empty()) << i;
+  }
+  EXPECT_TRUE(sched.Idle());
+  EXPECT_EQ(sched.Stats().finished, 3);
+  EXPECT_EQ(sched.Stats().passes, 0);  // failed passes are not counted
 }
 
 // Seeded sampled requests draw the same tokens alone and beside any other requests, in any

@@ -197,6 +197,20 @@ TEST(BatchCli, BatchIsExclusiveWithPromptModesAndState) {
   EXPECT_NE(r.stderr_text.find("--max-seqs needs --batch"), std::string::npos) << r.stderr_text;
 }
 
+// An expert that fails its hash: every line is still written, then RUN INVALID (exit 4).
+TEST(BatchCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
+  test::TempDir tmp;
+  const std::string dir = CopyTinyWithCorruptExperts(tmp.Join("prep"), 1);
+  const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [3, 7, 11]}\n{\"ids\": [5]}\n");
+  const CliRun r = RunCliArgs({dir, "--batch", input, "--gen", "3", "--verify-reads", "--no-floor"});
+  EXPECT_EQ(r.exit_code, 4) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("RUN INVALID"), std::string::npos) << r.stderr_text;
+  const std::vector<json> out = OutputLines(r);
+  ASSERT_EQ(out.size(), 2u) << r.stdout_text();
+  EXPECT_EQ(out[0]["index"], 0);
+  EXPECT_EQ(out[1]["index"], 1);
+}
+
 // The report's totals add up to its sequences and to the output lines; stdin works as FILE.
 TEST(BatchCli, ReportFieldsArePresentAndConsistent) {
   test::TempDir tmp;

@@ -629,7 +629,7 @@ ProgressMode ResolvedProgressMode(ProgressMode m) {
 }
 
 // --batch (k3run/app/batch.h): the requests read and checked, the plan for every sequence's
-// positions, then the shared phases of a prompt run (probes, weights) and the scheduler.
+// positions, the weights, then the scheduler.
 Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa,
                     const std::function<Status(std::string_view)>& out, bool lines) {
   K3_RETURN_IF_ERROR(CheckBatchFlags(o));
@@ -653,15 +653,17 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
     if (!po.budget.any()) return Status::Invalid("--cache-policy needs a memory budget");
   }
   K3_ASSIGN_OR_RETURN(po.positions, BatchPositions(o, inputs));
-  po.sequences = o.max_seqs.value_or(0);
+  // Never more sequences than inputs; without --max-seqs the plan chooses (0).
+  const auto n = static_cast<int64_t>(inputs.size());
+  po.sequences = o.max_seqs ? std::min(*o.max_seqs, n) : 0;
   // Room for the longest prompt, or for a decode row of every sequence, in one pass.
+  po.pass_rows = std::min(o.max_seqs.value_or(kDefaultMaxSeqs), n);
   for (const BatchInput& in : inputs) {
     po.pass_rows = std::max(po.pass_rows, static_cast<int64_t>(in.ids.size()));
   }
-  po.pass_rows = std::max(po.pass_rows, o.max_seqs.value_or(kDefaultMaxSeqs));
   K3_RETURN_IF_ERROR(engine->Plan(po));
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
-  (void)ProbeFloor(env, *engine, o, lines);
+  // No bandwidth probes: the batch report has no floor (yet).
   K3_RETURN_IF_ERROR(engine->LoadWeights());
   if (lines) LogPlan(*engine, isa, false);
   BatchContext ctx;

@@ -285,7 +285,6 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
   std::vector<Member> members(inputs.size());
   SchedulerOptions so;
   so.max_seqs = BatchSequences(*engine, o, inputs.size());
-  Scheduler sched(engine, so);
   Totals t;
   t.max_seqs = so.max_seqs;
   t.pass_rows = engine->chunk();
@@ -306,6 +305,9 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
       ++next_out;
     }
   };
+  // After everything its callbacks touch: a scheduler destroyed with requests left (an early
+  // return) still calls their on_done.
+  Scheduler sched(engine, so);
   for (size_t i = 0; i < inputs.size(); ++i) {
     Member& m = members[i];
     m.in = &inputs[i];

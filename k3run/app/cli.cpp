@@ -114,6 +114,19 @@ Status CheckModes(const RunOptions& o) {
     if (o.effort) K3_RETURN_IF_ERROR(ValidateEffort(*o.effort));
     if (o.gen <= 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat needs > 0");
   }
+  if (o.spec < 0 || o.spec > kMaxSpec) {
+    return Status::Invalid("--spec " + std::to_string(o.spec) + ": must be in [0, " +
+                           std::to_string(kMaxSpec) + "] (0: off)");
+  }
+  if (o.spec > 0 && o.recompute) {
+    return Status::Invalid("--spec and --recompute are exclusive: --recompute re-runs the whole "
+                           "prefix every step, there is nothing to draft against");
+  }
+  if (o.spec > 0 && o.sampling.sampling()) {
+    return Status::Invalid("--spec needs greedy decoding: exact speculative sampling is not "
+                           "implemented; drop --temperature/--top-k/--top-p/--min-p/--seed or "
+                           "--spec (penalties are fine: greedy stays an argmax)");
+  }
   return ValidateSamplerOptions(o.sampling);
 }
 
@@ -284,6 +297,7 @@ PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
   po.preload = o.preload;
   po.verify_reads = o.verify_reads;
   po.prefetch_experts = o.prefetch_experts;
+  po.spec_rows = o.spec;
   po.progress = lines ? o.output.progress : ProgressMode::kNone;
   po.mem_available = io.mem_available;
   return po;
@@ -303,7 +317,7 @@ Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, 
   }
   if (!o.chat) {
     K3_ASSIGN_OR_RETURN(po.positions, PromptContext(o, held, P));
-    po.pass_rows = o.recompute ? po.positions : std::max<int64_t>(P, 1);
+    po.pass_rows = o.recompute ? po.positions : std::max<int64_t>({P, o.spec + 1, 1});
     return engine->Plan(po);
   }
   if (o.ctx) {
@@ -415,6 +429,7 @@ Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, u
   if (!o.history.empty()) co.state_path = o.history + ".state";
   co.sampling = o.sampling;
   co.seed = seed;
+  co.spec = o.spec;
   co.progress = lines;
   co.hide_thinking = o.hide_thinking;
   co.terminal = !io.write_stdout && ::isatty(1) == 1;
@@ -504,6 +519,7 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   g.prompt = prompt;
   g.gen = o.gen;
   g.recompute = o.recompute;
+  g.spec = o.spec;
   g.stop_ids = StopIds(*engine, o);
   ShownText shown(tokenizer, o, terminal, out);
   g.stop_requested = [&shown] { return shown.stopped() || Interrupted(); };
@@ -550,6 +566,8 @@ RunReport BuildReport(const Engine& engine, const RunOptions& o, kernels::Isa is
   r.stopped_by_id = run.result.stopped_by_id;
   r.stop_reason = run.stop_reason;
   r.steps = run.result.steps;
+  r.spec = o.spec;
+  r.spec_stats = run.result.spec;
   r.plan = engine.memory_plan();
   if (const StreamingWeights* sw = engine.streaming()) {
     r.streaming_plan = *engine.streaming_plan();
@@ -838,6 +856,10 @@ void AddRunControlFlags(CLI::App* app, RunOptions* o) {
                 "print special tokens ([EOS], <|reserved_token_N|>...) as text");
   app->add_flag("-v,--verbose", o->verbose,
                 "one stderr line per step (time, bytes read, expert hits); always in --out");
+  app->add_option("--spec", o->spec,
+                  "speculative decoding: verify up to N prompt-lookup draft tokens per pass "
+                  "(greedy only; same ids; 0: off)")
+      ->default_val(0);
   app->add_flag("--recompute", o->recompute,
                 "re-run the whole prefix every step (the check path; same bits, O(T^2))");
   app->add_option("--layers", o->layers, "run only the first N layers (NOT the model; default: all)")

@@ -680,6 +680,12 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
     po.pass_rows = std::max(po.pass_rows, static_cast<int64_t>(in.ids.size()));
   }
   K3_RETURN_IF_ERROR(engine->Plan(po));
+  // As many as fit is more than the inputs need: plan again for exactly them, so the room the
+  // other sequences' caches and states would take goes back to the weights and the chunk.
+  if (po.sequences == 0 && engine->memory_plan().sequences > n) {
+    po.sequences = n;
+    K3_RETURN_IF_ERROR(engine->Plan(po));
+  }
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
   // No bandwidth probes: the batch report has no floor (yet).
   K3_RETURN_IF_ERROR(engine->LoadWeights());

@@ -232,7 +232,7 @@ TEST(BatchCli, BatchIsExclusiveWithPromptModesAndState) {
   const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [1]}\n");
   const std::vector<std::vector<std::string>> others = {
       {"--ids", "1"}, {"--prompt", "x"}, {"--chat"}, {"--recompute"},
-      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")}};
+      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")}, {"--spec", "2"}};
   for (const std::vector<std::string>& other : others) {
     std::vector<std::string> args = {TinyPreparedDir(), "--batch", input};
     args.insert(args.end(), other.begin(), other.end());

@@ -561,9 +561,7 @@ TEST(Scheduler, FailingPassEndsItsRequestsWithKErrorAndTheSchedulerGoesOn) {
 
 // Rows routed to an expert that fails its hash make the sequence invalid: its request ends with
 // kError and kUnreliable ("RUN INVALID"), with no token chosen from those logits.
-// DISABLED until model.cpp sets State::invalid on an expert failure (the scheduler only reads
-// Sequence::invalid()); enable it when merging that change.
-TEST(Scheduler, DISABLED_ExpertReadFailureEndsItsRequestRunInvalid) {
+TEST(Scheduler, ExpertReadFailureEndsItsRequestRunInvalid) {
   test::TempDir tmp;
   const std::string dir = testing::CopyTinyWithCorruptExperts(tmp.Join("prep"), 1);
   Result<std::unique_ptr<Engine>> opened = Engine::Open(Env::Default(), dir);

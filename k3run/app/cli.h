@@ -10,6 +10,8 @@
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
 //         [--preload] [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
 //         [--prefetch-experts N] [--ctx N] [--chunk N] [--save-state PATH] [--load-state PATH]
+//   k3run PREPARED --batch FILE [--max-seqs N] [generation, sampling, memory and output flags]
+//         (k3run/app/batch.h)
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, k3run/stream/streaming_plan.h) and the plan refuses below its minimum (exit 2).
@@ -61,6 +63,8 @@ struct RunOptions {
   int64_t chunk = 0;              // --chunk: rows per pass of a long prompt (0: the plan's)
   std::string save_state;         // --save-state PATH
   std::string load_state;         // --load-state PATH
+  std::optional<std::string> batch;   // --batch FILE (- is stdin): JSONL requests (app/batch.h)
+  std::optional<int64_t> max_seqs;    // --max-seqs: sequences held at once (--batch)
   int64_t gen = 16;               // chat: 2048 unless --gen is given
   bool gen_set = false;
   bool recompute = false;

@@ -4,7 +4,9 @@
 # different prompt per sequence, exactly --gen tokens each), --max-seqs equal to the sequences,
 # all in one run of this script. Per count: passes, rows per pass, generated tokens, aggregate
 # generated tok/s, bytes read per generated token (prompt passes included), and how many times
-# fewer bytes per generated token than the first count (1 sequence) reads.
+# fewer bytes per generated token than the first count (1 sequence) reads; then the same for the
+# passes of decode rows only (what batching saves once prompts are in), with decode tok/s and
+# time ÷ the own-rate floor (the bytes needed at the rate the reader achieved while busy).
 #
 # usage: scripts/bench-batch.sh --prepared DIR [--build DIR] [--seqs 1,2,4,8,16]
 #                               [--prompt-len N] [--gen N] [--threads N] [--work DIR]
@@ -65,14 +67,21 @@ python3 - "$work" "$seqs" <<'PY'
 import json, sys
 work, seqs = sys.argv[1], sys.argv[2].split(",")
 print("| sequences | passes | rows/pass (mean, max) | generated tokens | aggregate tok/s | "
-      "MB read per generated token | fewer bytes per token than " + seqs[0] + " |")
-print("|---|---|---|---|---|---|---|")
-base = None
+      "MB read per generated token | fewer than " + seqs[0] + " | decode passes | decode MB per "
+      "token | decode: fewer than " + seqs[0] + " | decode tok/s | decode time ÷ own-rate floor |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+base = dbase = None
 for s in seqs:
     r = json.load(open(f"{work}/batch-{s}.json"))
     bpt = r["bytes_per_generated_token"]
     base = base or bpt
+    d = r["decode"]
+    dbpt = d["bytes_per_token"]
+    dbase = dbase or dbpt
+    fl = d["time_over_own_rate_floor"]
+    tps = d["tokens_per_s"]
     print(f"| {s} | {r['passes']} | {r['rows_per_pass']['mean']:.2f}, {r['rows_per_pass']['max']} | "
           f"{r['generated_tokens']} | {r['tokens_per_second']:.2f} | {bpt / 1e6:.3f} | "
-          f"{base / bpt:.2f}x |")
+          f"{base / bpt:.2f}x | {d['passes']} | {dbpt / 1e6:.3f} | {dbase / dbpt:.2f}x | "
+          f"{tps if tps is None else round(tps, 2)} | {fl if fl is None else round(fl, 2)} |")
 PY

@@ -163,6 +163,27 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
   r["bytes_per_generated_token"] = static_cast<double>(st.bytes_read) / generated;
   r["pass_seconds"] = st.pass_seconds;
   r["seconds"] = t.seconds;
+  // Decode-only passes: bytes per generated token without the prompts' passes, and time ÷ the
+  // own-rate floor: the bytes the tokens needed (unused guesses excluded) at the rate the reader
+  // achieved while busy.
+  const double needed = st.decode_bytes > 0
+                            ? static_cast<double>(st.decode_bytes - st.decode_unused_bytes) /
+                                  static_cast<double>(st.decode_bytes)
+                            : 0.0;
+  const double floor_s = st.decode_io_busy_seconds * needed;
+  const double dpasses = static_cast<double>(std::max<int64_t>(st.decode_passes, 1));
+  const double drows = static_cast<double>(std::max<int64_t>(st.decode_rows, 1));
+  r["decode"] = {
+      {"passes", st.decode_passes},
+      {"rows_per_pass", static_cast<double>(st.decode_rows) / dpasses},
+      {"bytes_per_token", static_cast<double>(st.decode_bytes) / drows},
+      {"seconds_per_pass", st.decode_seconds / dpasses},
+      {"tokens_per_s", st.decode_seconds > 0 ? json(static_cast<double>(st.decode_rows) /
+                                                    st.decode_seconds)
+                                             : json(nullptr)},
+      {"own_rate_floor_seconds", floor_s},
+      {"time_over_own_rate_floor", floor_s > 0 ? json(st.decode_seconds / floor_s)
+                                               : json(nullptr)}};
   r["tokens_per_second"] = t.seconds > 0 ? static_cast<double>(st.generated) / t.seconds : 0.0;
   json seqs = json::array();
   int64_t prompt_tokens = 0, sum_generated = 0, sum_passes = 0;

@@ -319,6 +319,14 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
     stats.prompt_rows += prompt_rows;
     stats.bytes_read += pass->bytes.total();
     stats.pass_seconds += pass->seconds;
+    if (prompt_rows == 0) {
+      ++stats.decode_passes;
+      stats.decode_rows += rows;
+      stats.decode_bytes += pass->bytes.total();
+      stats.decode_unused_bytes += pass->bytes.prefetch_unused;
+      stats.decode_seconds += pass->seconds;
+      stats.decode_io_busy_seconds += pass->source.io_busy_seconds;
+    }
   }
   const int64_t V = engine->config().vocab;
   for (size_t k = 0; k < carried.size(); ++k) {

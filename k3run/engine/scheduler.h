@@ -98,6 +98,13 @@ struct SchedulerStats {
   int64_t generated = 0;          // tokens generated
   uint64_t bytes_read = 0;        // weight bytes read by all passes
   double pass_seconds = 0;        // Σ pass wall time
+  // Passes of decode rows only (no prompt row): what batching saves per generated token.
+  int64_t decode_passes = 0;
+  int64_t decode_rows = 0;        // = the tokens those passes chose
+  uint64_t decode_bytes = 0;
+  uint64_t decode_unused_bytes = 0;   // of which guesses read ahead and not used
+  double decode_seconds = 0;
+  double decode_io_busy_seconds = 0;  // the reader busy during them (own-rate floor)
   int64_t active = 0;             // slots holding a request now
   int64_t queued = 0;             // requests waiting now
   int64_t finished = 0;

@@ -98,6 +98,7 @@ ServerProcess::~ServerProcess() {
 }
 
 bool ServerProcess::WaitReady(double seconds) {
+  if (!listening()) return false;
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {
     httplib::Client c = Client();

@@ -48,6 +48,15 @@ std::vector<std::string> Tiny(std::vector<std::string> extra = {}, const std::st
 TEST(Server, HealthModelsMetrics) {
   ServerProcess s(Tiny());
   ASSERT_TRUE(s.listening());
+  {
+    // The listener starts before the weights load: /health answers at once, 503 or 200.
+    httplib::Client early = s.Client();
+    auto h = early.Get("/health");
+    ASSERT_TRUE(h);
+    const std::string status = json::parse(h->body)["status"];
+    EXPECT_TRUE((h->status == 503 && status == "loading") || (h->status == 200 && status == "ok"))
+        << h->status << " " << h->body;
+  }
   ASSERT_TRUE(s.WaitReady());
   httplib::Client c = s.Client();
   auto m = c.Get("/v1/models");
@@ -208,6 +217,74 @@ TEST(Server, EightConcurrentClientsGetTheirOwnCliIds) {
     EXPECT_EQ(statuses[static_cast<size_t>(i)], 200) << "client " << i;
     EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "client " << i;
   }
+}
+
+TEST(Server, SeededSamplingIsTheSameWhateverIsBatched) {
+  ServerProcess s(Tiny({"--max-seqs", "4"}));
+  ASSERT_TRUE(s.WaitReady());
+  const json sampled = {{"prompt", Ids(kPrompt)}, {"max_tokens", 12}, {"temperature", 0.9},
+                        {"top_k", 50}, {"seed", 42}, {"ignore_eos", true}};
+  httplib::Client c = s.Client();
+  int status = 0;
+  const json alone = PostJson(c, "/v1/completions", sampled, &status);
+  ASSERT_EQ(status, 200) << alone.dump();
+  std::vector<std::thread> others;
+  for (int i = 0; i < 3; ++i) {
+    others.emplace_back([&, i] {
+      httplib::Client o = s.Client();
+      int st = 0;
+      std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 2 + i);
+      (void)PostJson(o, "/v1/completions",
+                     {{"prompt", Ids(prompt)}, {"max_tokens", 20}, {"temperature", 1.0},
+                      {"seed", i}, {"ignore_eos", true}},
+                     &st);
+      EXPECT_EQ(st, 200);
+    });
+  }
+  const json batched = PostJson(c, "/v1/completions", sampled, &status);
+  for (std::thread& t : others) t.join();
+  ASSERT_EQ(status, 200) << batched.dump();
+  EXPECT_EQ(IdsOf(batched), IdsOf(alone));
+}
+
+// A chat client re-sends its conversation each turn: with --prompt-cache-gb the second turn
+// starts from the snapshot at the end of the first turn's prompt, with the same ids as without.
+TEST(Server, PromptCacheServesTheResentConversation) {
+  const json turn1 = {{"messages", json::array({{{"role", "user"}, {"content", "hello there"}}})},
+                      {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}};
+  auto turn2_of = [](const json& reply) {
+    return json{{"messages", json::array({{{"role", "user"}, {"content", "hello there"}},
+                                          {{"role", "assistant"}, {"content", reply}},
+                                          {{"role", "user"}, {"content", "and then?"}}})},
+                {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}};
+  };
+  std::vector<int32_t> uncached;
+  {
+    ServerProcess s(Tiny());
+    ASSERT_TRUE(s.WaitReady());
+    httplib::Client c = s.Client();
+    int status = 0;
+    const json a = PostJson(c, "/v1/chat/completions", turn1, &status);
+    ASSERT_EQ(status, 200) << a.dump();
+    const json b = PostJson(c, "/v1/chat/completions",
+                            turn2_of(a["choices"][0]["message"]["content"]), &status);
+    ASSERT_EQ(status, 200) << b.dump();
+    EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    uncached = IdsOf(b);
+  }
+  ServerProcess s(Tiny({"--prompt-cache-gb", "0.5"}));
+  ASSERT_TRUE(s.WaitReady());
+  httplib::Client c = s.Client();
+  int status = 0;
+  const json a = PostJson(c, "/v1/chat/completions", turn1, &status);
+  ASSERT_EQ(status, 200) << a.dump();
+  const json b = PostJson(c, "/v1/chat/completions",
+                          turn2_of(a["choices"][0]["message"]["content"]), &status);
+  ASSERT_EQ(status, 200) << b.dump();
+  EXPECT_EQ(IdsOf(b), uncached);
+  EXPECT_GE(b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
+            a["usage"]["prompt_tokens"].get<int64_t>())
+      << b.dump();
 }
 
 const json kLongRequest = {{"prompt", Ids(kPrompt)}, {"max_tokens", 20000}, {"temperature", 0},

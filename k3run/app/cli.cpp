@@ -15,11 +15,13 @@
 #include "common/log.h"
 #include "common/sysinfo.h"
 #include "formats/prepared_manifest.h"
+#include "k3run/app/batch.h"
 #include "k3run/app/chat_session.h"
 #include "k3run/text/chat_template.h"
 #include "k3run/stream/cache_trace.h"
 #include "k3run/app/floor.h"
 #include "k3run/app/interrupt.h"
+#include "k3run/app/logits_dump.h"
 #include "k3run/app/prepared_path.h"
 #include "k3run/engine/generate.h"
 #include "k3run/kernels/matmul.h"
@@ -45,9 +47,6 @@ constexpr int64_t kChatDefaultContext = 32768;
 constexpr int64_t kChatSmallestContext = 256;
 constexpr int64_t kChatDefaultGen = 2048;
 
-static_assert(std::endian::native == std::endian::little,
-              "--dump-logits writes float32 little-endian by copying memory");
-
 Status WriteFd1(std::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(1, bytes.data(), bytes.size());
@@ -59,44 +58,6 @@ Status WriteFd1(std::string_view bytes) {
   }
   return Status::Ok();
 }
-
-// --dump-logits: written under a temporary name and renamed when complete, so a failed run never
-// leaves a plausible-looking dump.
-class LogitsDump {
- public:
-  static Result<std::unique_ptr<LogitsDump>> Open(Env* env, const std::string& path) {
-    auto d = std::unique_ptr<LogitsDump>(new LogitsDump(env, path));
-    K3_ASSIGN_OR_RETURN(d->file_, env->Open(TempPathFor(path), OpenMode::kCreate));
-    d->writer_ = std::make_unique<BufferedWriter>(d->file_.get());
-    return d;
-  }
-  ~LogitsDump() {
-    if (!done_) {
-      writer_.reset();
-      file_.reset();
-      (void)env_->Remove(TempPathFor(path_));
-    }
-  }
-  Status Append(const float* logits, int64_t n) {
-    return writer_->Append(logits, static_cast<size_t>(n) * sizeof(float));
-  }
-  Status Finish() {
-    K3_RETURN_IF_ERROR(writer_->Flush());
-    K3_RETURN_IF_ERROR(file_->Sync());
-    K3_RETURN_IF_ERROR(file_->Close());
-    K3_RETURN_IF_ERROR(env_->Rename(TempPathFor(path_), path_));
-    done_ = true;
-    return Status::Ok();
-  }
-
- private:
-  LogitsDump(Env* env, std::string path) : env_(env), path_(std::move(path)) {}
-  Env* env_;
-  std::string path_;
-  std::unique_ptr<File> file_;
-  std::unique_ptr<BufferedWriter> writer_;
-  bool done_ = false;
-};
 
 // Reads fd 0 a line at a time (the REPL's default input).
 std::optional<std::string> ReadLineFd0() {
@@ -325,7 +286,7 @@ PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
   po.prefetch_experts = o.prefetch_experts;
   po.progress = lines ? o.output.progress : ProgressMode::kNone;
   po.mem_available = io.mem_available;
-  if (o.serve.serve) po.sequences = o.serve.max_seqs.value_or(kDefaultServeSeqs);
+  if (o.serve.serve) po.sequences = o.max_seqs.value_or(kDefaultServeSeqs);
   return po;
 }
 
@@ -668,12 +629,58 @@ ProgressMode ResolvedProgressMode(ProgressMode m) {
   return isatty(2) ? ProgressMode::kBar : ProgressMode::kPlain;
 }
 
+// --batch (k3run/app/batch.h): the requests read and checked, the plan for every sequence's
+// positions, then the shared phases of a prompt run (probes, weights) and the scheduler.
+Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa,
+                    const std::function<Status(std::string_view)>& out, bool lines) {
+  K3_RETURN_IF_ERROR(CheckBatchFlags(o));
+  Result<std::string> text = IsStdinPath(*o.batch)
+                                 ? (io.read_stdin ? io.read_stdin() : ReadAllFd0())
+                                 : ReadFileToString(env, *o.batch, kMaxPromptBytes);
+  if (!text.ok()) return Status::Invalid("--batch: " + text.status().message());
+  K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
+  if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
+  std::unique_ptr<Engine> engine = std::move(opened).value();
+  const ModelConfig& c = engine->config();
+  K3_ASSIGN_OR_RETURN(std::vector<BatchInput> inputs,
+                      ParseBatchInputs(*text, BatchInputName(*o.batch), engine->tokenizer(),
+                                       c.vocab, o.gen));
+  K3_RETURN_IF_ERROR(
+      CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", JoinPath(o.prepared, "k3.json")));
+  PlanOptions po = PlanOptionsFor(o, io, lines);
+  if (o.cache_policy) {
+    K3_ASSIGN_OR_RETURN(po.budget.policy, ParseCachePolicy(*o.cache_policy));
+    if (!po.budget.any()) return Status::Invalid("--cache-policy needs a memory budget");
+  }
+  K3_ASSIGN_OR_RETURN(po.positions, BatchPositions(o, inputs));
+  po.sequences = o.max_seqs.value_or(0);
+  // Room for the longest prompt, or for a decode row of every sequence, in one pass.
+  for (const BatchInput& in : inputs) {
+    po.pass_rows = std::max(po.pass_rows, static_cast<int64_t>(in.ids.size()));
+  }
+  po.pass_rows = std::max(po.pass_rows, o.max_seqs.value_or(kDefaultMaxSeqs));
+  K3_RETURN_IF_ERROR(engine->Plan(po));
+  if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
+  (void)ProbeFloor(env, *engine, o, lines);
+  K3_RETURN_IF_ERROR(engine->LoadWeights());
+  if (lines) LogPlan(*engine, isa, false);
+  BatchContext ctx;
+  ctx.env = env;
+  ctx.out = out;
+  ctx.lines = lines;
+  ctx.seed = ChooseSeed(o);
+  ctx.isa = kernels::IsaName(isa);
+  return RunBatch(engine.get(), o, inputs, ctx);
+}
+
 // --serve: plan as a chat does (the largest default context that fits, or --ctx) for
 // --max-seqs sequences; the server loads the weights behind /health (k3run/app/server.h).
 Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, bool lines) {
   const char* other = !o.ids.empty() || o.prompt || o.prompt_file ? "a prompt (--ids, --prompt, "
                                                                     "--prompt-file)"
                       : o.chat                   ? "--chat"
+                      : o.batch                  ? "--batch"
                       : !o.out.empty()           ? "--out"
                       : !o.dump_logits.empty()   ? "--dump-logits"
                       : !o.save_state.empty() || !o.load_state.empty() ? "--save-state/--load-state"
@@ -697,8 +704,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
   std::string name = o.prepared;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   name = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
-  return RunServer(engine.get(), o.serve, name,
-                   o.serve.max_seqs.value_or(kDefaultServeSeqs));
+  return RunServer(engine.get(), o.serve, name, o.max_seqs.value_or(kDefaultServeSeqs));
 }
 
 }  // namespace
@@ -713,6 +719,8 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
 
   K3_ASSIGN_OR_RETURN(kernels::Isa isa, SetUpKernels(o));
   if (o.serve.serve) return Serve(o, io, env, isa, lines);
+  if (o.batch) return RunBatchMode(o, io, env, isa, out, lines);
+  if (o.max_seqs) return Status::Invalid("--max-seqs needs --batch or --serve");
   K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, io, o));
   K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
   Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
@@ -964,11 +972,6 @@ void AddServeFlags(CLI::App* app, ServeOptions* o) {
   app->add_option("--port", o->port, "--serve: the port (0: any free port, printed)")
       ->check(InRange(0, 65535))
       ->capture_default_str();
-  app->add_option_function<int64_t>(
-         "--max-seqs", [o](const int64_t& v) { o->max_seqs = v; },
-         "--serve: requests generated at once, each a sequence in the shared passes (default " +
-             std::to_string(kDefaultServeSeqs) + "; the memory plan holds each one's caches)")
-      ->check(InRange(1, 1024));
   app->add_option("--queue", o->queue,
                   "--serve: requests that may wait for a free sequence; past it: 429")
       ->check(InRange(0, 4096))
@@ -986,6 +989,7 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   AddRunControlFlags(app, o);
   AddContextFlags(app, o);
   AddMemoryFlags(app, o);
+  AddBatchFlags(app, o);
   AddOutputFlags(app, &o->output);
   AddServeFlags(app, &o->serve);
 }

@@ -10,6 +10,8 @@
 //         [--budget-gb X | --preset NAME] [--trunk-gb X] [--cache-gb X] [--cache-policy lru|s3fifo]
 //         [--preload] [--dump-cache-trace DIR] [--no-floor] [--probe-seconds S]
 //         [--prefetch-experts N] [--ctx N] [--chunk N] [--save-state PATH] [--load-state PATH]
+//   k3run PREPARED --batch FILE [--max-seqs N] [generation, sampling, memory and output flags]
+//         (k3run/app/batch.h)
 //   k3run PREPARED --serve [--host H] [--port P] [--max-seqs N] [--queue N] [--api-key-file F]
 //         [--prompt-cache-gb G] [--ctx N] [memory flags]   (k3run/app/server.h, docs/SERVER.md)
 //   k3run --list-presets
@@ -64,6 +66,8 @@ struct RunOptions {
   int64_t chunk = 0;              // --chunk: rows per pass of a long prompt (0: the plan's)
   std::string save_state;         // --save-state PATH
   std::string load_state;         // --load-state PATH
+  std::optional<std::string> batch;   // --batch FILE (- is stdin): JSONL requests (app/batch.h)
+  std::optional<int64_t> max_seqs;    // --max-seqs: sequences held at once (--batch)
   int64_t gen = 16;               // chat: 2048 unless --gen is given
   bool gen_set = false;
   bool recompute = false;
@@ -115,7 +119,8 @@ Status RunK3run(const RunOptions& o, const CliIo& io);
 
 // Registers the flags on `app` (a fresh CLI::App) and fills `o` when parsed.
 void AddRunFlags(CLI::App* app, RunOptions* o);
-// --serve, --host, --port, --max-seqs, --queue, --api-key-file, --prompt-cache-gb.
+// --serve, --host, --port, --queue, --api-key-file, --prompt-cache-gb (--max-seqs is
+// registered with --batch's flags; the server reads RunOptions::max_seqs).
 void AddServeFlags(CLI::App* app, ServeOptions* o);
 // The whole tool: parse, run, map Status to the exit code.
 int K3runMain(int argc, char** argv, const CliIo& io = {});

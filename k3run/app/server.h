@@ -24,13 +24,12 @@ struct ServeOptions {
   bool serve = false;                 // --serve
   std::string host = "127.0.0.1";     // --host
   int port = 8080;                    // --port; 0: any free port (printed)
-  std::optional<int64_t> max_seqs;    // --max-seqs (default kDefaultServeSeqs)
   int64_t queue = 16;                 // --queue: requests that may wait for a slot
   std::string api_key_file;           // --api-key-file
   double prompt_cache_gb = 0;         // --prompt-cache-gb (0: off)
 };
 
-// Slots when --max-seqs is not given.
+// Slots when --max-seqs (RunOptions::max_seqs, shared with --batch) is not given.
 inline constexpr int64_t kDefaultServeSeqs = 4;
 // Workers beyond max_seqs + queue: they answer /health, /metrics and 429s while every slot and
 // queue place holds a worker.

@@ -41,6 +41,10 @@ struct ServerContext {
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};
   std::unique_ptr<Scheduler> scheduler;
   std::atomic<int64_t> rejected{0};       // 429s
+  // Requests submitted and not yet ended (running or waiting): admission allows max_seqs +
+  // max_queue. Counted here rather than by the scheduler's queue bound, which counts a request
+  // as waiting until the next pass gives it a free slot (so a bound of 0 would refuse all).
+  std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> open_requests{0};  // submitted, response not yet complete
   // When shutdown began (steady clock): requests not ended by CancelAll within the grace end
   // themselves with an error.

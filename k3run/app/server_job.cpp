@@ -102,6 +102,7 @@ Request MakeRequest(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt
     j->cv.notify_all();
   };
   q.on_done = [job](const RequestResult& r) {
+    job->ctx.in_flight.fetch_sub(1);
     const bool completed = OpenAiFinishReason(r.reason) != nullptr;
     const TextDelta d = completed ? job->text.Finish() : TextDelta{};
     LogRequest(job->request.endpoint, r);
@@ -189,9 +190,22 @@ bool SubmitJob(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt, int
                          ctx.stopping() ? "shutting_down" : "loading");
     return false;
   }
+  // Admission before anything waits: a slot or a queue place, or 429 now.
+  int64_t n = ctx.in_flight.load();
+  do {
+    if (n >= ctx.max_seqs + ctx.max_queue) {
+      ctx.rejected.fetch_add(1);
+      *error = ServerError(429, "the server is busy: " + std::to_string(ctx.max_seqs) +
+                                    " requests run and " + std::to_string(ctx.max_queue) +
+                                    " wait (--max-seqs, --queue); retry later", "queue_full");
+      error->type = "rate_limit_error";
+      return false;
+    }
+  } while (!ctx.in_flight.compare_exchange_weak(n, n + 1));
   job->submitted_ns = SteadyNs();
   Result<int64_t> id = ctx.scheduler->Submit(MakeRequest(job, std::move(prompt), max_tokens));
   if (!id.ok()) {
+    ctx.in_flight.fetch_sub(1);
     if (id.status().code() == Code::kIo) {
       ctx.rejected.fetch_add(1);
       *error = ServerError(429, "the server is busy: " + id.status().message() +

@@ -247,16 +247,19 @@ TEST(Server, SeededSamplingIsTheSameWhateverIsBatched) {
   EXPECT_EQ(IdsOf(batched), IdsOf(alone));
 }
 
-// A chat client re-sends its conversation each turn: with --prompt-cache-gb the second turn
-// starts from the snapshot at the end of the first turn's prompt, with the same ids as without.
+// A client re-sends its conversation each turn: with --prompt-cache-gb the second request starts
+// from a snapshot of the first (its prompt and reply), with the same ids as without the cache.
+// Ids, not chat text: a reply re-encoded from its text need not be the ids it was generated as.
 TEST(Server, PromptCacheServesTheResentConversation) {
-  const json turn1 = {{"messages", json::array({{{"role", "user"}, {"content", "hello there"}}})},
-                      {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}};
-  auto turn2_of = [](const json& reply) {
-    return json{{"messages", json::array({{{"role", "user"}, {"content", "hello there"}},
-                                          {{"role", "assistant"}, {"content", reply}},
-                                          {{"role", "user"}, {"content", "and then?"}}})},
-                {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}};
+  auto turn = [](const std::vector<int32_t>& prompt) {
+    return json{{"prompt", Ids(prompt)}, {"max_tokens", 8}, {"temperature", 0},
+                {"ignore_eos", true}};
+  };
+  auto second_prompt = [](const json& first) {
+    std::vector<int32_t> p = kPrompt;
+    for (int32_t id : IdsOf(first)) p.push_back(id);
+    for (int32_t id : {12, 34, 56}) p.push_back(id);
+    return p;
   };
   std::vector<int32_t> uncached;
   {
@@ -264,10 +267,9 @@ TEST(Server, PromptCacheServesTheResentConversation) {
     ASSERT_TRUE(s.WaitReady());
     httplib::Client c = s.Client();
     int status = 0;
-    const json a = PostJson(c, "/v1/chat/completions", turn1, &status);
+    const json a = PostJson(c, "/v1/completions", turn(kPrompt), &status);
     ASSERT_EQ(status, 200) << a.dump();
-    const json b = PostJson(c, "/v1/chat/completions",
-                            turn2_of(a["choices"][0]["message"]["content"]), &status);
+    const json b = PostJson(c, "/v1/completions", turn(second_prompt(a)), &status);
     ASSERT_EQ(status, 200) << b.dump();
     EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     uncached = IdsOf(b);
@@ -276,15 +278,18 @@ TEST(Server, PromptCacheServesTheResentConversation) {
   ASSERT_TRUE(s.WaitReady());
   httplib::Client c = s.Client();
   int status = 0;
-  const json a = PostJson(c, "/v1/chat/completions", turn1, &status);
+  const json a = PostJson(c, "/v1/completions", turn(kPrompt), &status);
   ASSERT_EQ(status, 200) << a.dump();
-  const json b = PostJson(c, "/v1/chat/completions",
-                          turn2_of(a["choices"][0]["message"]["content"]), &status);
+  const json b = PostJson(c, "/v1/completions", turn(second_prompt(a)), &status);
   ASSERT_EQ(status, 200) << b.dump();
   EXPECT_EQ(IdsOf(b), uncached);
   EXPECT_GE(b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
-            a["usage"]["prompt_tokens"].get<int64_t>())
+            static_cast<int64_t>(kPrompt.size()))
       << b.dump();
+  EXPECT_EQ(b["k3"]["prompt_cached_tokens"], b["usage"]["prompt_tokens_details"]["cached_tokens"]);
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("k3_prompt_cache_hits_total 1"), std::string::npos) << m->body;
 }
 
 const json kLongRequest = {{"prompt", Ids(kPrompt)}, {"max_tokens", 20000}, {"temperature", 0},

@@ -1,0 +1,65 @@
+// `k3run PREPARED --batch FILE [--max-seqs N]` (DESIGN.md §11.4, issue #20): many prompts share
+// every pass over the weights through the one scheduler (k3run/engine/scheduler.h); each gets
+// exactly the ids (and logit bits) of its own single run with the same flags.
+//
+// Input: JSON Lines, one request per line (k3run/app/batch_input.h). Output on stdout: one JSON
+// line per input IN INPUT ORDER (a line that finishes early waits for those before it):
+//   {"index": I, "generated_ids": [..], "text": "..", "stop_reason": ".."}
+// `text` is what a single run prints (special tokens only with --show-special, cut before a
+// --stop string; bytes that are not UTF-8 become U+FFFD); null without a tokenizer.
+// `stop_reason` uses the single run's words: gen | end-token | stop-id | stop-string, plus
+// context (positions full), interrupted (Ctrl-C) and error (with an "error" field).
+// Every input gets the flags of a single run: --gen (unless its line gives "gen"), the end
+// tokens unless --ignore-eos, --stop-id, --stop and the sampling flags. Sampled runs are
+// reproducible: input I samples with seed S + I (mod 2^64), S being --seed or the random seed
+// printed, so `--seed S+I` on a single run of that input draws the same tokens.
+// --dump-logits PATH writes PATH.<I> per input with a generated token, in the single run's
+// format (float32 LE [vocab]: the first step, or every step with --dump-logits-all); an input
+// with gen 0 chooses no token and writes none. --out FILE: the batch report (passes, rows per
+// pass, tokens per pass, bytes read per generated token, per sequence and total); a summary
+// line on stderr.
+// --max-seqs N: sequences held at once (default: what the memory plan allows, never more than
+// the inputs). Exit codes as a single run; 4 (RUN INVALID) when an expert read failed, after
+// every line is written.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/env.h"
+#include "common/status.h"
+#include "k3run/app/batch_input.h"
+#include "k3run/app/cli.h"
+#include "k3run/engine/session.h"
+
+namespace k3::run {
+
+// --batch and --max-seqs.
+void AddBatchFlags(CLI::App* app, RunOptions* o);
+// Flags that cannot combine with --batch (exit 2 naming both), sampling options, --gen.
+Status CheckBatchFlags(const RunOptions& o);
+// "<stdin>" for -, else FILE as given: the name in every message about the input.
+std::string BatchInputName(const std::string& file);
+// Positions per sequence: the most any input needs (prompt + gen − 1); --ctx may reserve more,
+// never less (kInvalid naming the line that does not fit).
+Result<int64_t> BatchPositions(const RunOptions& o, const std::vector<BatchInput>& inputs);
+// The sequences to hold at once: --max-seqs, else the plan's choice; at most the inputs.
+int64_t BatchSequences(const Engine& engine, const RunOptions& o, size_t inputs);
+
+struct BatchContext {
+  Env* env = nullptr;
+  std::function<Status(std::string_view)> out;  // stdout
+  bool lines = true;                            // human lines on stderr
+  uint64_t seed = 0;                            // input I samples with seed + I
+  std::string isa;                              // for the report
+};
+
+// Runs every input on a planned and loaded engine; writes the output lines, the dumps and the
+// report.
+Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInput>& inputs,
+                const BatchContext& ctx);
+
+}  // namespace k3::run

@@ -1,0 +1,39 @@
+#include "k3run/engine/prompt_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace k3::run {
+
+const SequenceSnapshot* PromptCache::Longest(std::span<const int32_t> prompt) {
+  auto best = lru_.end();
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    const std::vector<int32_t>& t = it->snap.tokens;
+    if (t.empty() || t.size() >= prompt.size()) continue;
+    if (best != lru_.end() && t.size() <= best->snap.tokens.size()) continue;
+    if (std::equal(t.begin(), t.end(), prompt.begin())) best = it;
+  }
+  if (best == lru_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, best);
+  return &lru_.front().snap;
+}
+
+void PromptCache::Insert(SequenceSnapshot snap) {
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->snap.tokens == snap.tokens) {
+      bytes_ -= it->bytes;
+      lru_.erase(it);
+      break;
+    }
+  }
+  const uint64_t n = snap.bytes();
+  if (n > budget_) return;
+  lru_.push_front(Entry{std::move(snap), n});
+  bytes_ += n;
+  while (bytes_ > budget_) {
+    bytes_ -= lru_.back().bytes;
+    lru_.pop_back();
+  }
+}
+
+}  // namespace k3::run

@@ -1,0 +1,460 @@
+// The multi-sequence scheduler (see scheduler.h): a FIFO queue, max_seqs slots, one pass per
+// RunPass carrying a decode row of every generating slot and prompt rows of prefilling ones.
+//
+// Invariants (engine thread): a busy slot's sequence holds exactly its request's prompt[0, fed)
+// followed by every generated token but the last (`next`, fed by the slot's next decode row);
+// nothing is pending between passes. A request id is in `running` from its admission until its
+// on_done; ids are never reused, so a stale cancel mark never hits another request.
+#include "k3run/engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <set>
+#include <utility>
+
+#include "k3run/engine/generate.h"
+#include "k3run/engine/prompt_cache.h"
+
+namespace k3::run {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStopId: return "stop_id";
+    case FinishReason::kStopped: return "stopped";
+    case FinishReason::kContext: return "context";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Waiting {
+  int64_t id = 0;
+  Request req;
+  Clock::time_point submitted;
+};
+
+// One sequence, allocated at the slot's first request and Reset between requests (its KDA
+// states and latent caches are the large allocations).
+struct Slot {
+  std::unique_ptr<Sequence> seq;
+  bool busy = false;
+  int64_t id = 0;
+  int64_t order = 0;          // admission order: prompt rows go to the oldest request first
+  Request req;
+  RequestResult result;
+  Clock::time_point submitted;
+  std::vector<int32_t> all;   // prompt + chosen tokens: what the sampler's penalties look at
+  int64_t fed = 0;            // prompt ids the sequence holds (restored from the cache or fed)
+  int32_t next = -1;          // the last chosen token, not yet fed
+  int64_t rows = 0;           // rows in the pass being built
+  int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }
+  bool generating() const { return fed == prompt_len(); }
+};
+
+}  // namespace
+
+struct Scheduler::Impl {
+  Impl(Engine* e, const SchedulerOptions& opt)
+      : engine(e), o(opt), cache(opt.prompt_cache_bytes) {
+    pass_rows = std::max<int64_t>(o.pass_rows > 0 ? o.pass_rows : engine->chunk(), 1);
+    slots.resize(static_cast<size_t>(std::max<int64_t>(o.max_seqs, 1)));
+  }
+
+  Engine* engine;
+  SchedulerOptions o;
+  int64_t pass_rows = 1;
+
+  // Guarded by mu. Callbacks never run with mu held (they may Submit or Cancel).
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Waiting> queue;
+  std::vector<Waiting> cancelled_waiting;  // Cancel()ed before admission: on_done next RunPass
+  std::set<int64_t> running;               // admitted, on_done not yet called
+  std::set<int64_t> cancel_running;        // running ids to end at the next RunPass
+  bool woken = false;
+  int64_t next_id = 1;
+  SchedulerStats stats;
+
+  // Engine thread only.
+  std::vector<Slot> slots;
+  PromptCache cache;
+  int64_t admitted = 0;
+  size_t decode_cursor = 0;  // round robin when decode rows outnumber the pass (see PlanPass)
+
+  bool FinishCancelled();
+  void Admit();
+  void Start(Slot* slot, Waiting w);
+  std::vector<Slot*> PlanPass();
+  void RunOnePass(const std::vector<Slot*>& carried);
+  void Choose(Slot* slot, const float* logits);
+  void Finish(Slot* slot, FinishReason reason, Status status);
+  void EndAll();
+};
+
+// ---- Ending requests ----
+
+void Scheduler::Impl::Finish(Slot* slot, FinishReason reason, Status status) {
+  RequestResult r = std::move(slot->result);
+  r.reason = reason;
+  r.status = std::move(status);
+  r.seconds = Since(slot->submitted);
+  Sequence* seq = slot->seq.get();
+  // Only a sequence that is exactly the model's tokens is worth continuing from: never after an
+  // error, a cancellation (rows may be missing) or an unreadable expert.
+  if (cache.budget() > 0 && (reason == FinishReason::kLength || reason == FinishReason::kStopId ||
+                             reason == FinishReason::kStopped || reason == FinishReason::kContext) &&
+      !seq->invalid() && seq->pending() == 0 && seq->length() > 0) {
+    cache.Insert(engine->Snapshot(*seq));
+  }
+  seq->Reset();
+  Request req = std::move(slot->req);
+  slot->busy = false;
+  slot->req = Request();
+  slot->all.clear();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    running.erase(r.id);
+    ++stats.finished;
+    stats.prompt_cache_bytes = cache.bytes();
+  }
+  if (req.on_done) req.on_done(r);
+}
+
+bool Scheduler::Impl::FinishCancelled() {
+  std::vector<Waiting> waiting;
+  std::set<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    waiting.swap(cancelled_waiting);
+    ids.swap(cancel_running);
+    stats.finished += static_cast<int64_t>(waiting.size());
+  }
+  for (Waiting& w : waiting) {
+    RequestResult r;
+    r.id = w.id;
+    r.reason = FinishReason::kCancelled;
+    r.prompt_tokens = static_cast<int64_t>(w.req.prompt.size());
+    r.queued_seconds = r.seconds = Since(w.submitted);
+    if (w.req.on_done) w.req.on_done(r);
+  }
+  bool ended = !waiting.empty();
+  for (Slot& s : slots) {
+    if (s.busy && ids.count(s.id) > 0) {
+      Finish(&s, FinishReason::kCancelled, Status::Ok());
+      ended = true;
+    }
+  }
+  return ended;
+}
+
+void Scheduler::Impl::EndAll() {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    for (Waiting& w : queue) cancelled_waiting.push_back(std::move(w));
+    queue.clear();
+    cancel_running = running;
+  }
+  FinishCancelled();
+}
+
+// ---- Admission ----
+
+void Scheduler::Impl::Start(Slot* slot, Waiting w) {
+  slot->busy = true;
+  slot->id = w.id;
+  slot->order = admitted++;
+  slot->submitted = w.submitted;
+  slot->req = std::move(w.req);
+  slot->result = RequestResult();
+  slot->result.id = slot->id;
+  slot->result.prompt_tokens = slot->prompt_len();
+  slot->result.queued_seconds = Since(slot->submitted);
+  // The sampler as Generate's sequence would have it: this request's options and seed, turn 0.
+  if (!slot->seq) {
+    slot->seq = engine->NewSequence(slot->req.sampling, slot->req.seed, 0);
+  } else {
+    slot->seq->Reset();
+    slot->seq->sampler() = Sampler(slot->req.sampling, slot->req.seed, 0);
+  }
+  slot->all = slot->req.prompt;
+  slot->fed = 0;
+  slot->next = -1;
+  if (cache.budget() == 0) return;
+  const SequenceSnapshot* snap = cache.Longest(slot->req.prompt);
+  if (snap == nullptr) return;
+  if (Status s = engine->Restore(*snap, slot->seq.get()); !s.ok()) {
+    slot->seq->Reset();  // a cold start gives the same bits
+    return;
+  }
+  slot->fed = static_cast<int64_t>(snap->tokens.size());
+  std::lock_guard<std::mutex> l(mu);
+  ++stats.prompt_cache_hits;
+  stats.prompt_cache_tokens += slot->fed;
+}
+
+void Scheduler::Impl::Admit() {
+  for (Slot& s : slots) {
+    if (s.busy) continue;
+    Waiting w;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (queue.empty()) return;
+      w = std::move(queue.front());
+      queue.pop_front();
+      running.insert(w.id);
+    }
+    Start(&s, std::move(w));
+  }
+}
+
+// ---- Passes ----
+
+// Decode rows first (one per generating slot), then prompt rows, oldest request first, up to
+// pass_rows. When generating slots alone would fill the pass and a prompt waits, decode rows
+// leave it one row (prefill always advances) and are taken round robin (no slot starves).
+std::vector<Slot*> Scheduler::Impl::PlanPass() {
+  std::vector<Slot*> prefilling;
+  int64_t generating = 0;
+  for (Slot& s : slots) {
+    s.rows = 0;
+    if (!s.busy) continue;
+    if (s.generating()) {
+      ++generating;
+    } else {
+      prefilling.push_back(&s);
+    }
+  }
+  std::sort(prefilling.begin(), prefilling.end(),
+            [](const Slot* a, const Slot* b) { return a->order < b->order; });
+  const int64_t decode_cap = prefilling.empty() ? pass_rows : pass_rows - 1;
+  std::vector<Slot*> carried;
+  int64_t rows = 0;
+  const size_t n = slots.size();
+  const size_t start = generating > decode_cap ? decode_cursor % n : 0;
+  for (size_t i = 0; i < n && rows < decode_cap; ++i) {
+    Slot& s = slots[(start + i) % n];
+    if (!s.busy || !s.generating()) continue;
+    s.rows = 1;
+    ++rows;
+    carried.push_back(&s);
+    decode_cursor = (start + i + 1) % n;
+  }
+  for (Slot* s : prefilling) {
+    const int64_t take = std::min(s->prompt_len() - s->fed, pass_rows - rows);
+    if (take <= 0) break;
+    s->rows = take;
+    rows += take;
+    carried.push_back(s);
+  }
+  return carried;
+}
+
+// Greedy() or the request's sampler over everything so far, exactly as Generate chooses.
+void Scheduler::Impl::Choose(Slot* slot, const float* logits) {
+  const int64_t V = engine->config().vocab;
+  Sampler& sampler = slot->seq->sampler();
+  const int32_t token = sampler.greedy() ? Greedy(logits, V) : sampler.Next(logits, V, slot->all);
+  slot->all.push_back(token);
+  slot->result.generated.push_back(token);
+  if (slot->result.generated.size() == 1) slot->result.first_token_seconds = Since(slot->submitted);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ++stats.generated;
+  }
+  const bool go_on = slot->req.on_token ? slot->req.on_token(token, logits) : true;
+  const std::vector<int64_t>& stops = slot->req.stop_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    Finish(slot, FinishReason::kStopId, Status::Ok());
+  } else if (!go_on) {
+    Finish(slot, FinishReason::kStopped, Status::Ok());
+  } else if (static_cast<int64_t>(slot->result.generated.size()) >= slot->req.max_tokens) {
+    Finish(slot, FinishReason::kLength, Status::Ok());
+  } else if (slot->seq->length() >= slot->seq->capacity()) {
+    Finish(slot, FinishReason::kContext, Status::Ok());  // no position left to feed the token
+  } else {
+    slot->next = token;
+  }
+}
+
+void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
+  std::vector<StepInput> batch;
+  int64_t rows = 0, prompt_rows = 0;
+  for (Slot* s : carried) {
+    StepInput in;
+    in.seq = s->seq.get();
+    if (s->generating()) {
+      in.ids = {s->next};
+    } else {
+      const auto from = s->req.prompt.begin() + s->fed;
+      in.ids.assign(from, from + s->rows);
+      in.logits = s->fed + s->rows == s->prompt_len() ? Logits::kLast : Logits::kNone;
+      prompt_rows += s->rows;
+    }
+    rows += s->rows;
+    batch.push_back(std::move(in));
+  }
+  Result<StepResult> pass = engine->Step(batch);
+  if (!pass.ok()) {
+    for (Slot* s : carried) {
+      ++s->result.passes;
+      Finish(s, FinishReason::kError, pass.status());
+    }
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ++stats.passes;
+    stats.rows += rows;
+    stats.prompt_rows += prompt_rows;
+    stats.bytes_read += pass->bytes.total();
+    stats.pass_seconds += pass->seconds;
+  }
+  const int64_t V = engine->config().vocab;
+  for (size_t k = 0; k < carried.size(); ++k) {
+    Slot* s = carried[k];
+    ++s->result.passes;
+    if (Status c = engine->Commit(s->seq.get(), s->rows); !c.ok()) {
+      Finish(s, FinishReason::kError, c);
+      continue;
+    }
+    if (s->seq->invalid()) {
+      Finish(s, FinishReason::kError,
+             Status::Unreliable("RUN INVALID: request " + std::to_string(s->id) +
+                                ": its rows were routed to an expert that could not be read; "
+                                "its output is not the model's"));
+      continue;
+    }
+    if (!s->generating()) {
+      s->fed += s->rows;
+      s->result.prompt_fed += s->rows;
+      if (s->req.on_prefill) s->req.on_prefill(s->fed, s->prompt_len());
+      if (!s->generating()) continue;
+      if (s->req.max_tokens == 0) {  // prefill only, as Generate with gen 0
+        Finish(s, FinishReason::kLength, Status::Ok());
+        continue;
+      }
+    }
+    Choose(s, pass->LogitsOf(k, V));
+  }
+}
+
+// ---- The public surface ----
+
+Scheduler::Scheduler(Engine* engine, const SchedulerOptions& o)
+    : impl_(std::make_unique<Impl>(engine, o)), options_(o) {}
+
+Scheduler::~Scheduler() { impl_->EndAll(); }
+
+Result<int64_t> Scheduler::Submit(Request r) {
+  const ModelConfig& c = impl_->engine->config();
+  if (r.prompt.empty()) return Status::Invalid("request: empty prompt (give at least one id)");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab) {
+      return Status::Invalid("request: prompt id " + std::to_string(r.prompt[i]) + " (item " +
+                             std::to_string(i + 1) + ") is outside the vocabulary [0, " +
+                             std::to_string(c.vocab) + ")");
+    }
+  }
+  const int64_t capacity = std::max<int64_t>(impl_->engine->memory_plan().positions, 1);
+  if (static_cast<int64_t>(r.prompt.size()) > capacity) {
+    return Status::Invalid("request: a prompt of " + std::to_string(r.prompt.size()) +
+                           " ids does not fit a sequence of " + std::to_string(capacity) +
+                           " positions");
+  }
+  if (r.max_tokens < 0) return Status::Invalid("request: max_tokens must be >= 0");
+  K3_RETURN_IF_ERROR(ValidateSamplerOptions(r.sampling));
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->o.max_queue >= 0 &&
+      static_cast<int64_t>(impl_->queue.size()) >= impl_->o.max_queue) {
+    return Status::Io("queue full: " + std::to_string(impl_->queue.size()) +
+                      " requests already wait (max_queue " + std::to_string(impl_->o.max_queue) +
+                      ")");
+  }
+  const int64_t id = impl_->next_id++;
+  impl_->queue.push_back(Waiting{id, std::move(r), Clock::now()});
+  impl_->cv.notify_all();
+  return id;
+}
+
+void Scheduler::Cancel(int64_t id) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  auto& q = impl_->queue;
+  auto it = std::find_if(q.begin(), q.end(), [id](const Waiting& w) { return w.id == id; });
+  if (it != q.end()) {
+    impl_->cancelled_waiting.push_back(std::move(*it));
+    q.erase(it);
+  } else if (impl_->running.count(id) > 0) {
+    impl_->cancel_running.insert(id);
+  }
+  impl_->cv.notify_all();
+}
+
+void Scheduler::CancelAll() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  for (Waiting& w : impl_->queue) impl_->cancelled_waiting.push_back(std::move(w));
+  impl_->queue.clear();
+  impl_->cancel_running.insert(impl_->running.begin(), impl_->running.end());
+  impl_->cv.notify_all();
+}
+
+Result<bool> Scheduler::RunPass() {
+  Impl& s = *impl_;
+  bool worked = s.FinishCancelled();
+  s.Admit();
+  const std::vector<Slot*> carried = s.PlanPass();
+  if (carried.empty()) return worked;
+  s.RunOnePass(carried);
+  // Slots freed by this pass (and cancellations during it) take queued requests now, so the
+  // next pass already carries their prompts.
+  s.FinishCancelled();
+  s.Admit();
+  return true;
+}
+
+Status Scheduler::RunUntilIdle() {
+  while (true) {
+    K3_ASSIGN_OR_RETURN(bool worked, RunPass());
+    if (!worked) return Status::Ok();
+  }
+}
+
+void Scheduler::WaitForWork() {
+  std::unique_lock<std::mutex> l(impl_->mu);
+  impl_->cv.wait(l, [this] {
+    const Impl& s = *impl_;
+    return s.woken || !s.queue.empty() || !s.cancelled_waiting.empty() || !s.running.empty();
+  });
+  impl_->woken = false;
+}
+
+void Scheduler::Wake() {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->woken = true;
+  impl_->cv.notify_all();
+}
+
+bool Scheduler::Idle() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return impl_->queue.empty() && impl_->cancelled_waiting.empty() && impl_->running.empty();
+}
+
+SchedulerStats Scheduler::Stats() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  SchedulerStats st = impl_->stats;
+  st.active = static_cast<int64_t>(impl_->running.size());
+  st.queued = static_cast<int64_t>(impl_->queue.size());
+  return st;
+}
+
+}  // namespace k3::run

@@ -1,0 +1,251 @@
+// k3run --batch (k3run/app/batch.h): every output line equals its own single --ids/--prompt
+// run (ids, text, stop reason, and --dump-logits-all bytes), lines come out in input order,
+// each input rule refuses a malformed line naming FILE:LINE, and the report adds up. The
+// expectations come from single runs of the CLI, never from --batch itself.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tests/k3run/engine_fixture.h"
+#include "tests/support/files.h"
+#include "tests/support/temp_dir.h"
+
+namespace k3::run::testing {
+namespace {
+
+using nlohmann::json;
+
+std::vector<json> OutputLines(const CliRun& r) {
+  std::vector<json> lines;
+  const std::string text = r.stdout_text();
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t nl = text.find('\n', pos);
+    EXPECT_NE(nl, std::string::npos) << "the last output line has no newline";
+    if (nl == std::string::npos) break;
+    lines.push_back(json::parse(text.substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
+  return lines;
+}
+
+json AsJsonText(const std::string& bytes) {
+  return json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+// A single run of one input: its report and its stdout.
+struct Single {
+  json report;
+  std::string text;
+};
+
+Single RunSingle(const test::TempDir& tmp, std::vector<std::string> args, const std::string& tag) {
+  const std::string report = tmp.Join("single-" + tag + ".json");
+  args.insert(args.begin(), TinyPreparedDir());
+  args.insert(args.end(), {"--out", report, "--no-floor"});
+  const CliRun r = RunCliArgs(args);
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+  return Single{json::parse(test::ReadWholeFile(report)), r.stdout_text()};
+}
+
+// Prompts and ids of different lengths and gens; the single-run flags that match each line.
+struct Line {
+  std::string jsonl;
+  std::vector<std::string> single;  // --ids/--prompt and --gen of the equivalent single run
+};
+
+std::vector<Line> MixedLines() {
+  return {
+      {R"({"ids": [3, 7, 11, 5, 9, 300, 1000, 42]})", {"--ids", "3,7,11,5,9,300,1000,42", "--gen", "6"}},
+      {R"({"prompt": "1 2 3"})", {"--prompt", "1 2 3", "--gen", "6"}},
+      {R"({"ids": [17], "gen": 9})", {"--ids", "17", "--gen", "9"}},
+      {R"({"prompt": "The quick brown fox jumps over the lazy dog, twice.", "gen": 3})",
+       {"--prompt", "The quick brown fox jumps over the lazy dog, twice.", "--gen", "3"}},
+      {R"({"ids": [100, 200], "gen": 1})", {"--ids", "100,200", "--gen", "1"}},
+  };
+}
+
+TEST(BatchCli, EachLineEqualsItsOwnSingleRunWithByteIdenticalDumps) {
+  test::TempDir tmp;
+  const std::vector<Line> lines = MixedLines();
+  std::string file;
+  for (const Line& l : lines) file += l.jsonl + "\n";
+  const std::string input = tmp.WriteFile("in.jsonl", file);
+  const std::string dump = tmp.Join("batch.logits");
+  std::vector<Single> singles;
+  std::vector<std::string> single_dumps;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string tag = std::to_string(i);
+    std::vector<std::string> args = lines[i].single;
+    single_dumps.push_back(tmp.Join("single.logits." + tag));
+    args.insert(args.end(), {"--dump-logits", single_dumps.back(), "--dump-logits-all"});
+    singles.push_back(RunSingle(tmp, args, tag));
+  }
+  for (const char* seqs : {"1", "3", "5"}) {
+    const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", input, "--gen", "6", "--max-seqs",
+                                 seqs, "--dump-logits", dump, "--dump-logits-all", "--no-floor"});
+    ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+    const std::vector<json> out = OutputLines(r);
+    ASSERT_EQ(out.size(), lines.size()) << r.stdout_text();
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const Single& s = singles[i];
+      EXPECT_EQ(out[i]["index"], i);
+      EXPECT_EQ(out[i]["generated_ids"], s.report["generated_ids"]) << "line " << i;
+      EXPECT_EQ(out[i]["stop_reason"], s.report["stop_reason"]) << "line " << i;
+      // The single run's bytes, with what is not UTF-8 as U+FFFD (a JSON string's rule).
+      EXPECT_EQ(out[i]["text"], AsJsonText(s.text)) << "line " << i;
+      const std::string want = test::ReadWholeFile(single_dumps[i]);
+      EXPECT_FALSE(want.empty());
+      EXPECT_EQ(test::ReadWholeFile(dump + "." + std::to_string(i)), want)
+          << "line " << i << ", --max-seqs " << seqs;
+    }
+  }
+}
+
+// Line 0 generates 12 tokens, line 1 one: line 1 finishes first and still comes second.
+TEST(BatchCli, OutputKeepsInputOrderWhenALaterLineFinishesFirst) {
+  test::TempDir tmp;
+  const std::string input = tmp.WriteFile(
+      "in.jsonl", "{\"ids\": [5, 6, 7], \"gen\": 12}\n{\"ids\": [8], \"gen\": 1}\n\n"
+                  "{\"ids\": [9, 10], \"gen\": 2}\n");
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", input, "--max-seqs", "3",
+                               "--ignore-eos", "--no-floor"});
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::vector<json> out = OutputLines(r);
+  ASSERT_EQ(out.size(), 3u);
+  const size_t gens[] = {12, 1, 2};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i]["index"], i);
+    EXPECT_EQ(out[i]["generated_ids"].size(), gens[i]);
+    EXPECT_EQ(out[i]["stop_reason"], "gen");
+  }
+  const Single s = RunSingle(tmp, {"--ids", "8", "--gen", "1", "--ignore-eos"}, "8");
+  EXPECT_EQ(out[1]["generated_ids"], s.report["generated_ids"]);
+}
+
+// Seeded sampling: input I samples with --seed S + I, so a single run with that seed repeats it.
+TEST(BatchCli, SampledLinesRepeatWithTheirOwnSeed) {
+  test::TempDir tmp;
+  const std::string input =
+      tmp.WriteFile("in.jsonl", "{\"ids\": [5, 6, 7]}\n{\"ids\": [5, 6, 7]}\n");
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", input, "--gen", "10", "--ignore-eos",
+                               "--temperature", "1.5", "--seed", "41", "--no-floor"});
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::vector<json> out = OutputLines(r);
+  ASSERT_EQ(out.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const Single s = RunSingle(tmp, {"--ids", "5,6,7", "--gen", "10", "--ignore-eos",
+                                     "--temperature", "1.5", "--seed", std::to_string(41 + i)},
+                               std::to_string(i));
+    EXPECT_EQ(out[static_cast<size_t>(i)]["generated_ids"], s.report["generated_ids"]) << i;
+  }
+  EXPECT_NE(out[0]["generated_ids"], out[1]["generated_ids"]);
+}
+
+TEST(BatchCli, MalformedLinesExitTwoNamingFileAndLine) {
+  test::TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"not json", "not valid JSON"},
+      {"[1, 2]", "must be a JSON object"},
+      {R"({"prompt": "a", "ids": [1]})", "both \"prompt\" and \"ids\""},
+      {R"({"gen": 3})", "neither \"prompt\" nor \"ids\""},
+      {R"({"ids": []})", "\"ids\" is empty"},
+      {R"({"ids": "1,2"})", "\"ids\" must be an array"},
+      {R"({"ids": [1.5]})", "item 1 (1.5) is not an integer"},
+      {R"({"ids": [true]})", "is not an integer"},
+      {R"({"ids": [1, 1280]})", "item 2 (1280) is outside the vocabulary [0, 1280)"},
+      {R"({"ids": [-1]})", "outside the vocabulary"},
+      {R"({"prompt": 5})", "\"prompt\" must be a string"},
+      {R"({"prompt": ""})", "the prompt is empty"},
+      {R"({"ids": [1], "gen": -1})", "\"gen\" is -1: must be >= 0"},
+      {R"({"ids": [1], "gen": "3"})", "\"gen\" must be an integer"},
+      {R"({"ids": [1], "max_tokens": 3})", "unknown key \"max_tokens\""},
+  };
+  for (const auto& [line, rule] : bad) {
+    const std::string input =
+        tmp.WriteFile("bad.jsonl", "{\"ids\": [1, 2]}\n\n" + line + "\n{\"ids\": [3]}\n");
+    const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", input, "--no-floor"});
+    EXPECT_EQ(r.exit_code, 2) << line;
+    EXPECT_NE(r.stderr_text.find(input + ":3: "), std::string::npos) << line << "\n" << r.stderr_text;
+    EXPECT_NE(r.stderr_text.find(rule), std::string::npos) << line << "\n" << r.stderr_text;
+    EXPECT_TRUE(r.stdout_text().empty()) << line;
+  }
+  const std::string empty = tmp.WriteFile("empty.jsonl", "\n  \n");
+  const CliRun e = RunCliArgs({TinyPreparedDir(), "--batch", empty, "--no-floor"});
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_NE(e.stderr_text.find("no requests"), std::string::npos) << e.stderr_text;
+}
+
+TEST(BatchCli, BatchIsExclusiveWithPromptModesAndState) {
+  test::TempDir tmp;
+  const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [1]}\n");
+  const std::vector<std::vector<std::string>> others = {
+      {"--ids", "1"}, {"--prompt", "x"}, {"--chat"}, {"--recompute"},
+      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")}};
+  for (const std::vector<std::string>& other : others) {
+    std::vector<std::string> args = {TinyPreparedDir(), "--batch", input};
+    args.insert(args.end(), other.begin(), other.end());
+    const CliRun r = RunCliArgs(args);
+    EXPECT_EQ(r.exit_code, 2) << other[0];
+    EXPECT_NE(r.stderr_text.find("--batch and " + other[0]), std::string::npos)
+        << r.stderr_text;
+  }
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--ids", "1", "--max-seqs", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("--max-seqs needs --batch"), std::string::npos) << r.stderr_text;
+}
+
+// The report's totals add up to its sequences and to the output lines; stdin works as FILE.
+TEST(BatchCli, ReportFieldsArePresentAndConsistent) {
+  test::TempDir tmp;
+  std::string file;
+  for (int i = 0; i < 5; ++i) {
+    file += "{\"ids\": [" + std::to_string(10 + i) + ", 20, 30], \"gen\": " +
+            std::to_string(2 + 2 * i) + "}\n";
+  }
+  CliIo io;
+  io.read_stdin = [file]() -> Result<std::string> { return file; };
+  const std::string report = tmp.Join("r.json");
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", "-", "--max-seqs", "2", "--out",
+                               report, "--ignore-eos", "--no-floor"},
+                              io);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("batch: 5 sequences"), std::string::npos) << r.stderr_text;
+  const std::vector<json> out = OutputLines(r);
+  ASSERT_EQ(out.size(), 5u);
+  const json j = json::parse(test::ReadWholeFile(report));
+  for (const char* key : {"passes", "rows_per_pass", "generated_tokens", "tokens_per_pass",
+                          "bytes_read", "bytes_per_generated_token", "sequences", "total",
+                          "seconds", "tokens_per_second", "max_seqs"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  ASSERT_EQ(j["sequences"].size(), 5u);
+  int64_t generated = 0, out_generated = 0, max_seq_passes = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    const json& s = j["sequences"][i];
+    EXPECT_EQ(s["index"], i);
+    EXPECT_EQ(s["prompt_tokens"], 3);
+    EXPECT_EQ(s["generated"], 2 + 2 * i);
+    EXPECT_EQ(s["stop_reason"], "gen");
+    generated += s["generated"].get<int64_t>();
+    out_generated += static_cast<int64_t>(out[i]["generated_ids"].size());
+    max_seq_passes = std::max(max_seq_passes, s["passes"].get<int64_t>());
+  }
+  EXPECT_EQ(generated, 2 + 4 + 6 + 8 + 10);
+  EXPECT_EQ(j["total"]["generated"], generated);
+  EXPECT_EQ(j["generated_tokens"], generated);
+  EXPECT_EQ(out_generated, generated);
+  EXPECT_EQ(j["max_seqs"], 2);
+  const int64_t passes = j["passes"].get<int64_t>();
+  EXPECT_GE(passes, max_seq_passes);
+  EXPECT_LT(passes, j["total"]["sequence_passes"].get<int64_t>());  // passes were shared
+  EXPECT_LE(j["rows_per_pass"]["max"].get<int64_t>(), j["pass_rows"].get<int64_t>());
+  EXPECT_DOUBLE_EQ(j["tokens_per_pass"].get<double>(),
+                   static_cast<double>(generated) / static_cast<double>(passes));
+  EXPECT_GT(j["bytes_per_generated_token"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace k3::run::testing

@@ -1,0 +1,630 @@
+// engine/scheduler.h: every scheduled request gets exactly the ids and logit bits of its own
+// Generate run on a fresh sequence, whatever shares its passes, however many slots, however its
+// prompt is split; requests end for the documented reasons; the prompt cache feeds only the
+// rest and evicts by bytes. Every expectation comes from Generate (or the Session API) run
+// alone, never from the scheduler itself.
+#include "k3run/engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine_fixture.h"
+#include "k3run/engine/generate.h"
+#include "k3run/engine/session.h"
+#include "tests/support/fault_env.h"
+
+namespace k3::run {
+namespace {
+
+using testing::SmallPreparedDir;
+using testing::TinyPreparedDir;
+
+std::unique_ptr<Engine> OpenPlanned(const std::string& dir, int64_t positions, int64_t chunk = 0) {
+  Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), dir);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return nullptr;
+  PlanOptions po;
+  po.positions = positions;
+  po.pass_rows = positions;
+  po.chunk = chunk;
+  const Status s = (*e)->Plan(po);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return nullptr;
+  EXPECT_TRUE((*e)->LoadWeights().ok());
+  return std::move(e).value();
+}
+
+// n ids below `vocab`, not periodic; `salt` makes different prompts.
+std::vector<int32_t> Prompt(int64_t n, uint32_t salt, int64_t vocab) {
+  std::vector<int32_t> p;
+  uint32_t x = 12345u + salt * 7919u;
+  for (int64_t i = 0; i < n; ++i) {
+    x = x * 1103515245u + 12345u;
+    p.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab)));
+  }
+  return p;
+}
+
+// What a request asks for, without its callbacks.
+struct Spec {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 0;
+  std::vector<int64_t> stop_ids;
+  SamplerOptions sampling;
+  uint64_t seed = 0;
+};
+
+// The ids and every chosen token's logits [vocab], in order.
+struct Solo {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+};
+
+// The reference: Generate on a fresh sequence made with the request's sampler.
+Solo Alone(Engine* e, const Spec& r) {
+  const int64_t V = e->config().vocab;
+  std::unique_ptr<Sequence> seq = e->NewSequence(r.sampling, r.seed, 0);
+  GenerateOptions g;
+  g.prompt = r.prompt;
+  g.gen = r.max_tokens;
+  g.stop_ids = r.stop_ids;
+  Solo out;
+  Result<GenerateResult> res = Generate(e, seq.get(), g, [&](const StepRecord& s, const float* l) {
+    if (s.token >= 0) out.logits.insert(out.logits.end(), l, l + V);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  if (res.ok()) out.ids = res->generated;
+  return out;
+}
+
+// What the scheduler gave one request.
+struct Outcome {
+  Solo run;
+  RequestResult result;
+  int done_calls = 0;
+  std::vector<std::pair<int64_t, int64_t>> prefill;
+};
+
+Request MakeRequest(const Spec& s, Outcome* out, int64_t vocab) {
+  Request r;
+  r.prompt = s.prompt;
+  r.max_tokens = s.max_tokens;
+  r.stop_ids = s.stop_ids;
+  r.sampling = s.sampling;
+  r.seed = s.seed;
+  r.on_token = [out, vocab](int32_t, const float* l) {
+    out->run.logits.insert(out->run.logits.end(), l, l + vocab);
+    return true;
+  };
+  r.on_prefill = [out](int64_t fed, int64_t total) { out->prefill.emplace_back(fed, total); };
+  r.on_done = [out](const RequestResult& rr) {
+    out->result = rr;
+    out->run.ids = rr.generated;
+    ++out->done_calls;
+  };
+  return r;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Submits every spec, runs until idle, and returns the outcomes in submission order.
+std::vector<Outcome> Schedule(Engine* e, const std::vector<Spec>& specs, SchedulerOptions o) {
+  std::vector<Outcome> out(specs.size());
+  Scheduler sched(e, o);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Result<int64_t> id = sched.Submit(MakeRequest(specs[i], &out[i], e->config().vocab));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+  }
+  const Status s = sched.RunUntilIdle();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(sched.Idle());
+  return out;
+}
+
+void ExpectSameAsAlone(const std::vector<Outcome>& got, const std::vector<Solo>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].done_calls, 1) << what << " request " << i;
+    EXPECT_TRUE(got[i].result.status.ok()) << what << " request " << i << ": "
+                                           << got[i].result.status.ToString();
+    EXPECT_EQ(got[i].run.ids, want[i].ids) << what << " request " << i;
+    EXPECT_TRUE(SameBits(got[i].run.logits, want[i].logits)) << what << " request " << i;
+  }
+}
+
+// Requests of prompt lengths 1..14 and 2..9 tokens each.
+std::vector<Spec> MixedSpecs(int64_t vocab, size_t n) {
+  std::vector<Spec> specs;
+  for (size_t i = 0; i < n; ++i) {
+    Spec s;
+    s.prompt = Prompt(static_cast<int64_t>(1 + (i * 4) % 15), static_cast<uint32_t>(i), vocab);
+    s.max_tokens = static_cast<int64_t>(2 + (i * 3) % 8);
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+TEST(Scheduler, EveryRequestGetsTheBitsOfItsOwnRunOnTiny) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const std::vector<Spec> all = MixedSpecs(e->config().vocab, 8);
+  std::vector<Solo> want;
+  for (const Spec& s : all) want.push_back(Alone(e.get(), s));
+  for (size_t n = 1; n <= 8; ++n) {
+    for (int64_t seqs : {1, 2, 3, 8}) {
+      const std::vector<Spec> specs(all.begin(), all.begin() + static_cast<int64_t>(n));
+      SchedulerOptions o;
+      o.max_seqs = seqs;
+      ExpectSameAsAlone(Schedule(e.get(), specs, o),
+                        std::vector<Solo>(want.begin(), want.begin() + static_cast<int64_t>(n)),
+                        std::to_string(n) + " requests, max_seqs " + std::to_string(seqs));
+    }
+  }
+}
+
+TEST(Scheduler, EveryRequestGetsTheBitsOfItsOwnRunOnSmall) {
+  std::unique_ptr<Engine> e = OpenPlanned(SmallPreparedDir(), 24);
+  ASSERT_NE(e, nullptr);
+  const std::vector<Spec> specs = MixedSpecs(e->config().vocab, 5);
+  std::vector<Solo> want;
+  for (const Spec& s : specs) want.push_back(Alone(e.get(), s));
+  for (int64_t seqs : {1, 3, 5}) {
+    SchedulerOptions o;
+    o.max_seqs = seqs;
+    ExpectSameAsAlone(Schedule(e.get(), specs, o), want, "max_seqs " + std::to_string(seqs));
+  }
+}
+
+// The first position of a token that does not occur before it in `ids` (a stop id that stops
+// exactly there), or -1.
+int64_t FirstNew(const std::vector<int32_t>& ids, size_t from) {
+  for (size_t i = from; i < ids.size(); ++i) {
+    if (std::find(ids.begin(), ids.begin() + static_cast<int64_t>(i), ids[i]) ==
+        ids.begin() + static_cast<int64_t>(i)) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+// Two slots, five requests ending at different steps (token limits and stop ids): each freed
+// slot takes the next request in the same RunPass, and every request gets its own run's bits.
+TEST(Scheduler, ContinuousAdmissionWithMembersStoppingAtDifferentSteps) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> specs;
+  for (int i = 0; i < 5; ++i) {
+    Spec s;
+    s.prompt = Prompt(3 + i, static_cast<uint32_t>(40 + i), V);
+    s.max_tokens = 2 + 3 * i;
+    specs.push_back(s);
+  }
+  // Requests 1 and 3 stop at an id of their own long run.
+  std::vector<FinishReason> reasons(5, FinishReason::kLength);
+  for (int i : {1, 3}) {
+    Spec longer = specs[static_cast<size_t>(i)];
+    longer.max_tokens = 12;
+    const Solo r = Alone(e.get(), longer);
+    const int64_t at = FirstNew(r.ids, 1);
+    ASSERT_GE(at, 1) << "no usable stop id in request " << i << "'s run";
+    specs[static_cast<size_t>(i)].max_tokens = 12;
+    specs[static_cast<size_t>(i)].stop_ids = {r.ids[static_cast<size_t>(at)]};
+    reasons[static_cast<size_t>(i)] = FinishReason::kStopId;
+  }
+  std::vector<Solo> want;
+  for (const Spec& s : specs) want.push_back(Alone(e.get(), s));
+  EXPECT_LT(want[1].ids.size(), 12u);
+  EXPECT_LT(want[3].ids.size(), 12u);
+
+  std::vector<Outcome> out(specs.size());
+  SchedulerOptions o;
+  o.max_seqs = 2;
+  Scheduler sched(e.get(), o);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(sched.Submit(MakeRequest(specs[i], &out[i], V)).ok());
+  }
+  int64_t passes = 0;
+  while (true) {
+    Result<bool> ran = sched.RunPass();
+    ASSERT_TRUE(ran.ok());
+    if (!*ran) break;
+    ++passes;
+    const SchedulerStats st = sched.Stats();
+    // Never an idle slot while a request waits.
+    if (st.queued > 0) {
+      EXPECT_EQ(st.active, 2) << "after pass " << passes;
+    }
+    ASSERT_LT(passes, 1000);
+  }
+  ExpectSameAsAlone(out, want, "max_seqs 2");
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].result.reason, reasons[i]) << "request " << i;
+  }
+  const SchedulerStats st = sched.Stats();
+  int64_t generated = 0, own_passes = 0;
+  for (const Outcome& x : out) {
+    generated += static_cast<int64_t>(x.run.ids.size());
+    own_passes += x.result.passes;
+  }
+  EXPECT_EQ(st.generated, generated);
+  EXPECT_EQ(st.finished, 5);
+  EXPECT_EQ(st.passes, passes);
+  // Passes were shared: fewer than the requests' passes added up.
+  EXPECT_LT(st.passes, own_passes);
+}
+
+// Prompts longer than a pass are fed over several passes beside other requests' rows; no pass
+// holds more than pass_rows rows, and the bits are those of one pass.
+TEST(Scheduler, LongPromptsSplitOverPassesKeepTheBits) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 40);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> specs;
+  for (int i = 0; i < 4; ++i) {
+    Spec s;
+    s.prompt = Prompt(10 + 7 * i, static_cast<uint32_t>(70 + i), V);
+    s.max_tokens = 4;
+    specs.push_back(s);
+  }
+  std::vector<Solo> want;
+  for (const Spec& s : specs) want.push_back(Alone(e.get(), s));
+  for (int64_t pass_rows : {1, 3, 5}) {
+    std::vector<Outcome> out(specs.size());
+    SchedulerOptions o;
+    o.max_seqs = 3;
+    o.pass_rows = pass_rows;
+    Scheduler sched(e.get(), o);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_TRUE(sched.Submit(MakeRequest(specs[i], &out[i], V)).ok());
+    }
+    int64_t rows = 0;
+    while (true) {
+      Result<bool> ran = sched.RunPass();
+      ASSERT_TRUE(ran.ok());
+      if (!*ran) break;
+      const int64_t now = sched.Stats().rows;
+      EXPECT_LE(now - rows, pass_rows);
+      rows = now;
+    }
+    ExpectSameAsAlone(out, want, "pass_rows " + std::to_string(pass_rows));
+    // Progress reaches each prompt's end, counting up.
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_FALSE(out[i].prefill.empty());
+      const int64_t P = static_cast<int64_t>(specs[i].prompt.size());
+      EXPECT_EQ(out[i].prefill.back(), std::make_pair(P, P));
+      EXPECT_EQ(out[i].result.prompt_fed, P);
+      if (pass_rows < P) {
+        EXPECT_GT(out[i].prefill.size(), 1u);
+      }
+    }
+  }
+}
+
+// One slot: A runs, B and C wait. Cancelling A (running) and C (queued) ends them with
+// kCancelled exactly once; B then runs in A's reused slot with its own run's bits.
+TEST(Scheduler, CancelQueuedAndRunningRequests) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> specs(3);
+  for (int i = 0; i < 3; ++i) {
+    specs[static_cast<size_t>(i)].prompt = Prompt(5, static_cast<uint32_t>(90 + i), V);
+    specs[static_cast<size_t>(i)].max_tokens = 10;
+  }
+  const Solo want_a = Alone(e.get(), specs[0]);
+  const Solo want_b = Alone(e.get(), specs[1]);
+  std::vector<Outcome> out(3);
+  SchedulerOptions o;
+  o.max_seqs = 1;
+  Scheduler sched(e.get(), o);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < 3; ++i) ids.push_back(*sched.Submit(MakeRequest(specs[i], &out[i], V)));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(*sched.RunPass());
+  sched.Cancel(ids[0]);
+  sched.Cancel(ids[2]);
+  sched.Cancel(12345);  // unknown: ignored
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(out[0].result.reason, FinishReason::kCancelled);
+  EXPECT_EQ(out[0].done_calls, 1);
+  ASSERT_EQ(out[0].run.ids.size(), 3u);  // three passes, one token each
+  EXPECT_EQ(out[0].run.ids, std::vector<int32_t>(want_a.ids.begin(), want_a.ids.begin() + 3));
+  EXPECT_EQ(out[2].result.reason, FinishReason::kCancelled);
+  EXPECT_EQ(out[2].done_calls, 1);
+  EXPECT_TRUE(out[2].run.ids.empty());
+  EXPECT_EQ(out[2].result.passes, 0);
+  EXPECT_EQ(out[1].result.reason, FinishReason::kLength);
+  EXPECT_EQ(out[1].run.ids, want_b.ids);
+  EXPECT_TRUE(SameBits(out[1].run.logits, want_b.logits));
+  sched.Cancel(ids[1]);  // finished: ignored
+  EXPECT_FALSE(*sched.RunPass());
+  EXPECT_EQ(out[1].done_calls, 1);
+}
+
+// CancelAll and destruction end every request, queued or running, exactly once.
+TEST(Scheduler, CancelAllAndShutdownEndEveryRequestOnce) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Outcome> out(6);
+  {
+    SchedulerOptions o;
+    o.max_seqs = 2;
+    Scheduler sched(e.get(), o);
+    for (size_t i = 0; i < 3; ++i) {
+      Spec s{Prompt(4, static_cast<uint32_t>(i), V), 8, {}, {}, 0};
+      ASSERT_TRUE(sched.Submit(MakeRequest(s, &out[i], V)).ok());
+    }
+    ASSERT_TRUE(*sched.RunPass());
+    sched.CancelAll();
+    ASSERT_TRUE(sched.RunUntilIdle().ok());
+    for (size_t i = 3; i < 6; ++i) {
+      Spec s{Prompt(4, static_cast<uint32_t>(i), V), 8, {}, {}, 0};
+      ASSERT_TRUE(sched.Submit(MakeRequest(s, &out[i], V)).ok());
+    }
+    ASSERT_TRUE(*sched.RunPass());
+  }  // destroyed with two running and one queued
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].done_calls, 1) << i;
+    EXPECT_EQ(out[i].result.reason, FinishReason::kCancelled) << i;
+  }
+}
+
+TEST(Scheduler, OnTokenFalseStopsWithTheTokenKept) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  const Spec spec{Prompt(6, 5, V), 9, {}, {}, 0};
+  const Solo want = Alone(e.get(), spec);
+  Outcome out;
+  Request r = MakeRequest(spec, &out, V);
+  int calls = 0;
+  r.on_token = [&](int32_t, const float*) { return ++calls < 4; };
+  Scheduler sched(e.get(), SchedulerOptions{});
+  ASSERT_TRUE(sched.Submit(std::move(r)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(out.result.reason, FinishReason::kStopped);
+  EXPECT_EQ(out.run.ids, std::vector<int32_t>(want.ids.begin(), want.ids.begin() + 4));
+}
+
+// A sequence of 6 positions, a prompt of 4: the third token fills it (prompt + 3 − 1 fed), so
+// a request for 10 ends there with kContext; the ids are those of a run of 3.
+TEST(Scheduler, ContextFullEndsWithKContext) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 6);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  Spec spec{Prompt(4, 6, V), 3, {}, {}, 0};
+  const Solo want = Alone(e.get(), spec);
+  spec.max_tokens = 10;
+  const std::vector<Outcome> out = Schedule(e.get(), {spec}, SchedulerOptions{});
+  EXPECT_EQ(out[0].result.reason, FinishReason::kContext);
+  EXPECT_EQ(out[0].run.ids, want.ids);
+  EXPECT_TRUE(SameBits(out[0].run.logits, want.logits));
+}
+
+TEST(Scheduler, SubmitRefusesPastTheQueueLimitAndInvalidRequests) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 8);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  SchedulerOptions o;
+  o.max_queue = 2;
+  Scheduler sched(e.get(), o);
+  std::vector<Outcome> out(4);
+  const Spec spec{Prompt(3, 1, V), 2, {}, {}, 0};
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[0], V)).ok());
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[1], V)).ok());
+  Result<int64_t> third = sched.Submit(MakeRequest(spec, &out[2], V));
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), Code::kIo);
+  EXPECT_NE(third.status().message().find("max_queue 2"), std::string::npos);
+  EXPECT_EQ(out[2].done_calls, 0);
+  // Admission makes room in the queue.
+  ASSERT_TRUE(*sched.RunPass());
+  EXPECT_TRUE(sched.Submit(MakeRequest(spec, &out[3], V)).ok());
+  Request empty;
+  EXPECT_EQ(sched.Submit(std::move(empty)).status().code(), Code::kInvalid);
+  Request outside;
+  outside.prompt = {1, static_cast<int32_t>(V)};
+  EXPECT_EQ(sched.Submit(std::move(outside)).status().code(), Code::kInvalid);
+  Request too_long;
+  too_long.prompt = Prompt(9, 2, V);  // 8 positions
+  EXPECT_EQ(sched.Submit(std::move(too_long)).status().code(), Code::kInvalid);
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(sched.Stats().finished, 3);
+}
+
+// A request extending a finished request's tokens starts from its snapshot: only the rest is
+// fed, and every logit equals a cold run's.
+TEST(Scheduler, PromptCacheFeedsOnlyTheRestWithTheBitsOfAColdRun) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 40);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  const Spec first{Prompt(9, 11, V), 4, {}, {}, 0};
+  const Solo first_alone = Alone(e.get(), first);
+  ASSERT_EQ(first_alone.ids.size(), 4u);
+  Spec second{first.prompt, 5, {}, {}, 0};
+  second.prompt.insert(second.prompt.end(), first_alone.ids.begin(), first_alone.ids.end());
+  second.prompt.push_back(17);
+  second.prompt.push_back(23);
+  const Solo second_cold = Alone(e.get(), second);
+
+  SchedulerOptions o;
+  o.max_seqs = 2;
+  o.prompt_cache_bytes = uint64_t{1} << 30;
+  Scheduler sched(e.get(), o);
+  Outcome a, b;
+  ASSERT_TRUE(sched.Submit(MakeRequest(first, &a, V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(a.run.ids, first_alone.ids);
+  EXPECT_GT(sched.Stats().prompt_cache_bytes, 0u);
+  ASSERT_TRUE(sched.Submit(MakeRequest(second, &b, V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  // The snapshot holds the first prompt and 3 of its 4 tokens (the last was never fed).
+  EXPECT_EQ(b.result.prompt_tokens, 15);
+  EXPECT_EQ(b.result.prompt_fed, 15 - (9 + 3));
+  EXPECT_EQ(b.run.ids, second_cold.ids);
+  EXPECT_TRUE(SameBits(b.run.logits, second_cold.logits));
+  const SchedulerStats st = sched.Stats();
+  EXPECT_EQ(st.prompt_cache_hits, 1);
+  EXPECT_EQ(st.prompt_cache_tokens, 12);
+  EXPECT_EQ(st.prompt_rows, 9 + 3);
+}
+
+// Room for two snapshots: after A, B and C finish, A's was evicted (a miss), C's is kept (a hit).
+TEST(Scheduler, PromptCacheEvictsTheLeastRecentlyUsedByBytes) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 40);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> firsts;
+  for (int i = 0; i < 3; ++i) firsts.push_back(Spec{Prompt(8, 20 + i, V), 3, {}, {}, 0});
+  // One finished request's snapshot: 8 prompt ids + 2 of its 3 tokens.
+  uint64_t one = 0;
+  {
+    std::unique_ptr<Sequence> seq = e->NewSequence();
+    ASSERT_TRUE(e->Feed(seq.get(), Prompt(10, 99, V)).ok());
+    one = e->Snapshot(*seq).bytes();
+  }
+  SchedulerOptions o;
+  o.prompt_cache_bytes = 2 * one + one / 2;
+  Scheduler sched(e.get(), o);
+  std::vector<Outcome> out(5);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sched.Submit(MakeRequest(firsts[i], &out[i], V)).ok());
+    ASSERT_TRUE(sched.RunUntilIdle().ok());
+  }
+  EXPECT_EQ(sched.Stats().prompt_cache_bytes, 2 * one);
+  auto extend = [&](size_t i) {
+    Spec s{firsts[i].prompt, 2, {}, {}, 0};
+    s.prompt.insert(s.prompt.end(), out[i].run.ids.begin(), out[i].run.ids.end());
+    return s;
+  };
+  ASSERT_TRUE(sched.Submit(MakeRequest(extend(0), &out[3], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(out[3].result.prompt_fed, 11);  // miss: A's snapshot was evicted
+  ASSERT_TRUE(sched.Submit(MakeRequest(extend(2), &out[4], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(out[4].result.prompt_fed, 1);  // hit on C's 10 tokens
+  EXPECT_EQ(sched.Stats().prompt_cache_hits, 1);
+  EXPECT_EQ(out[4].run.ids, Alone(e.get(), extend(2)).ids);
+}
+
+// A pass that fails (trunk.bin unreadable) ends the requests it carried with kError and the
+// read's status, each exactly once, and the scheduler goes on: a request submitted afterwards
+// is admitted, run and ended the same way (the file stays unreadable: an opened FaultEnv file
+// keeps its rule), then the scheduler is idle.
+TEST(Scheduler, FailingPassEndsItsRequestsWithKErrorAndTheSchedulerGoesOn) {
+  test::FaultEnv env;
+  env.SetRule(TinyPreparedDir() + "/trunk.bin", test::FaultRule::EioAt(100));
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(&env, TinyPreparedDir());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Engine> e = std::move(opened).value();
+  PlanOptions po;
+  po.positions = 16;
+  po.pass_rows = 16;
+  ASSERT_TRUE(e->Plan(po).ok());
+  ASSERT_TRUE(e->LoadWeights().ok());
+  const int64_t V = e->config().vocab;
+  SchedulerOptions o;
+  o.max_seqs = 2;
+  Scheduler sched(e.get(), o);
+  std::vector<Outcome> out(3);
+  const Spec spec{Prompt(5, 8, V), 3, {}, {}, 0};
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[0], V)).ok());
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[1], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[2], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].done_calls, 1) << i;
+    EXPECT_EQ(out[i].result.reason, FinishReason::kError) << i;
+    EXPECT_EQ(out[i].result.status.code(), Code::kIo) << out[i].result.status.ToString();
+    EXPECT_NE(out[i].result.status.message().find("trunk.bin"), std::string::npos)
+        << out[i].result.status.ToString();
+    EXPECT_EQ(out[i].result.passes, 1) << i;
+    EXPECT_TRUE(out[i].run.ids.empty()) << i;
+  }
+  EXPECT_TRUE(sched.Idle());
+  EXPECT_EQ(sched.Stats().finished, 3);
+  EXPECT_EQ(sched.Stats().passes, 0);  // failed passes are not counted
+}
+
+// Seeded sampled requests draw the same tokens alone and beside any other requests, in any
+// order: one RNG per sequence.
+TEST(Scheduler, SeededSampledRequestsAreReproducibleWhateverShareTheBatch) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> specs = MixedSpecs(V, 6);
+  for (size_t i = 0; i < specs.size(); i += 2) {
+    specs[i].sampling.temperature = 1.5;
+    specs[i].sampling.top_k = 50;
+    specs[i].sampling.repeat_penalty = 1.3;
+    specs[i].seed = 1000 + i;
+    specs[i].max_tokens = 8;
+  }
+  std::vector<Solo> want;
+  for (const Spec& s : specs) want.push_back(Alone(e.get(), s));
+  SchedulerOptions o;
+  o.max_seqs = 3;
+  ExpectSameAsAlone(Schedule(e.get(), specs, o), want, "in order");
+  std::vector<Spec> reversed(specs.rbegin(), specs.rend());
+  std::vector<Solo> want_reversed(want.rbegin(), want.rend());
+  o.max_seqs = 4;
+  ExpectSameAsAlone(Schedule(e.get(), reversed, o), want_reversed, "reversed");
+  // A different seed draws differently (the comparison above can fail).
+  Spec other = specs[0];
+  other.seed = 7;
+  EXPECT_NE(Alone(e.get(), other).ids, want[0].ids);
+}
+
+// The server's shape: an engine thread waits for work and runs passes; another thread submits.
+TEST(Scheduler, EngineThreadWaitsForWorkAndWakes) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  const Spec spec{Prompt(5, 3, V), 4, {}, {}, 0};
+  const Solo want = Alone(e.get(), spec);
+  Scheduler sched(e.get(), SchedulerOptions{});
+  std::atomic<bool> stop{false};
+  std::thread engine_thread([&] {
+    while (!stop) {
+      sched.WaitForWork();
+      ASSERT_TRUE(sched.RunPass().ok());
+    }
+  });
+  Outcome out;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Request r = MakeRequest(spec, &out, V);
+  auto inner = r.on_done;
+  r.on_done = [&](const RequestResult& rr) {
+    inner(rr);
+    std::lock_guard<std::mutex> l(mu);
+    done = true;
+    cv.notify_all();
+  };
+  ASSERT_TRUE(sched.Submit(std::move(r)).ok());
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+  }
+  stop = true;
+  sched.Wake();
+  engine_thread.join();
+  EXPECT_EQ(out.run.ids, want.ids);
+  EXPECT_TRUE(SameBits(out.run.logits, want.logits));
+}
+
+}  // namespace
+}  // namespace k3::run

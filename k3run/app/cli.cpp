@@ -688,7 +688,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
                       : o.recompute                ? "--recompute"
                                                    : nullptr;
   if (other) {
-    return Status::Invalid(std::string("--serve takes no ") + other +
+    return Status::Invalid(std::string("--serve cannot be used with ") + other +
                            ": requests bring their prompts and options (docs/SERVER.md)");
   }
   K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));

@@ -2,6 +2,7 @@
 #include "k3run/app/server.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -107,6 +108,12 @@ void Configure(httplib::Server& svr, const ServerContext& ctx) {
   const auto workers = static_cast<size_t>(ctx.max_seqs + ctx.max_queue + kSpareWorkers);
   svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   svr.set_payload_max_length(kMaxBodyBytes);
+  // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server bind a port that
+  // is in use and share its connections; SO_REUSEADDR alone still allows a quick restart.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   // An idle keep-alive connection holds a worker: keep that short, so idle clients cannot
   // starve admission, and shutdown does not wait on them.
   svr.set_keep_alive_timeout(1);

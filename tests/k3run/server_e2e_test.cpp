@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "k3run/text/utf8.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/k3run/server_fixture.h"
 
@@ -106,8 +107,9 @@ TEST(Server, CompletionIdsEqualCli) {
 
 TEST(Server, TextCompletionEqualsCliPrompt) {
   const std::string text = "The quick brown fox";
+  std::string cli_text;
   const std::vector<int32_t> cli = CliGeneratedIds({TinyPreparedDir(), "--prompt", text, "--gen",
-                                                    "10"});
+                                                    "10"}, &cli_text);
   ServerProcess s(Tiny());
   ASSERT_TRUE(s.WaitReady());
   httplib::Client c = s.Client();
@@ -119,6 +121,8 @@ TEST(Server, TextCompletionEqualsCliPrompt) {
       &status);
   ASSERT_EQ(status, 200) << r.dump();
   EXPECT_EQ(IdsOf(r), cli);
+  // The text is the CLI's stdout, made valid UTF-8 for JSON.
+  EXPECT_EQ(r["choices"][0]["text"].get<std::string>(), SanitizeUtf8(cli_text));
 }
 
 // The CLI's chat keeps each reply's ids in --history: the server's chat must give those ids.
@@ -431,6 +435,17 @@ TEST(Server, SigtermEndsStreamsWithAnErrorAndExitsZero) {
   const SseParse p = ParseSse(DechunkedBody(stream.received()));
   EXPECT_FALSE(p.error.is_null()) << stream.received().substr(0, 2000);
   EXPECT_FALSE(p.done);
+}
+
+TEST(Server, PortInUseIsAnIoError) {
+  ServerProcess s(Tiny());
+  ASSERT_TRUE(s.listening());
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--serve", "--port", std::to_string(s.port()),
+                               "--ctx", "64", "--no-floor"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.stderr_text.find("cannot listen on 127.0.0.1:" + std::to_string(s.port())),
+            std::string::npos)
+      << r.stderr_text;
 }
 
 TEST(Server, SmallCompletionIdsEqualCli) {

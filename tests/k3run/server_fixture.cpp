@@ -182,13 +182,15 @@ void RawStream::Close() {
   fd_ = -1;
 }
 
-std::vector<int32_t> CliGeneratedIds(const std::vector<std::string>& args) {
+std::vector<int32_t> CliGeneratedIds(const std::vector<std::string>& args,
+                                     std::string* stdout_text) {
   const std::string out = ::testing::TempDir() + "/server_cli_report_" +
                           std::to_string(::getpid()) + ".json";
   std::vector<std::string> full = args;
   full.insert(full.end(), {"--out", out, "--no-floor", "--quiet"});
   const CliRun run = RunCliArgs(full);
   EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  if (stdout_text) *stdout_text = run.stdout_text();
   std::ifstream in(out);
   std::stringstream ss;
   ss << in.rdbuf();

@@ -64,8 +64,10 @@ class RawStream {
   std::string received_;
 };
 
-// `k3run PREPARED args...` in-process with --out; the generated ids of its report.
-std::vector<int32_t> CliGeneratedIds(const std::vector<std::string>& args);
+// `k3run PREPARED args...` in-process with --out; the generated ids of its report (and, when
+// `stdout_text` is given, what it wrote to stdout).
+std::vector<int32_t> CliGeneratedIds(const std::vector<std::string>& args,
+                                     std::string* stdout_text = nullptr);
 // The concatenated delta text of an SSE body (content and, for chat, reasoning_content), its
 // last chunk with a finish_reason, and whether it ended with [DONE].
 struct SseParse {

@@ -284,3 +284,36 @@ TEST_F(StreamTextTest, ChatChannelsSplitThinkingFromAnswer) {
 
 }  // namespace
 }  // namespace k3::run
+
+namespace k3::run {
+namespace {
+
+// ---- The --serve flags, refused before anything listens ----
+
+TEST(ServeFlags, PromptFlagsRefused) {
+  const testing::CliRun r =
+      testing::RunCliArgs({testing::TinyPreparedDir(), "--serve", "--ids", "1,2", "--no-floor"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("--serve cannot be used with a prompt"), std::string::npos)
+      << r.stderr_text;
+}
+
+TEST(ServeFlags, MaxSeqsNeedsBatchOrServe) {
+  const testing::CliRun r =
+      testing::RunCliArgs({testing::TinyPreparedDir(), "--ids", "1,2", "--max-seqs", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("--max-seqs needs --batch or --serve"), std::string::npos)
+      << r.stderr_text;
+}
+
+TEST(ServeFlags, MissingApiKeyFileRefused) {
+  const testing::CliRun r =
+      testing::RunCliArgs({testing::TinyPreparedDir(), "--serve", "--port", "0", "--ctx", "64",
+                           "--no-floor", "--api-key-file", "/nonexistent/key"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("--api-key-file"), std::string::npos) << r.stderr_text;
+  EXPECT_EQ(r.stderr_text.find("listening on"), std::string::npos) << r.stderr_text;
+}
+
+}  // namespace
+}  // namespace k3::run

@@ -40,6 +40,7 @@ Status CheckBatchFlags(const RunOptions& o) {
                       : !o.save_state.empty()  ? "--save-state"
                       : !o.load_state.empty()  ? "--load-state"
                       : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
+                      : o.spec > 0             ? "--spec"
                                                : nullptr;
   if (other != nullptr) {
     return Status::Invalid(std::string("--batch and ") + other + " cannot be combined: the "
@@ -73,11 +74,9 @@ Result<int64_t> BatchPositions(const RunOptions& o, const std::vector<BatchInput
 }
 
 int64_t BatchSequences(const Engine& engine, const RunOptions& o, size_t inputs) {
-  (void)engine;
-  // TODO(#20 memory plan): read the plan's choice, engine.memory_plan().sequences, once
-  // PlanOptions::sequences is planned (the plan then holds every sequence's caches and states);
-  // until then the default is min(inputs, 4).
-  const int64_t want = o.max_seqs ? *o.max_seqs : 4;
+  // The plan holds every sequence's caches and states (PlanOptions::sequences: --max-seqs, or
+  // 0 for as many as fit, at most kDefaultMaxSeqs).
+  const int64_t want = o.max_seqs ? *o.max_seqs : engine.memory_plan().sequences;
   return std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(inputs)));
 }
 
@@ -285,7 +284,6 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
   std::vector<Member> members(inputs.size());
   SchedulerOptions so;
   so.max_seqs = BatchSequences(*engine, o, inputs.size());
-  Scheduler sched(engine, so);
   Totals t;
   t.max_seqs = so.max_seqs;
   t.pass_rows = engine->chunk();
@@ -306,6 +304,9 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
       ++next_out;
     }
   };
+  // After everything its callbacks touch: a scheduler destroyed with requests left (an early
+  // return) still calls their on_done.
+  Scheduler sched(engine, so);
   for (size_t i = 0; i < inputs.size(); ++i) {
     Member& m = members[i];
     m.in = &inputs[i];

@@ -18,8 +18,9 @@
 // with gen 0 chooses no token and writes none. --out FILE: the batch report (passes, rows per
 // pass, tokens per pass, bytes read per generated token, per sequence and total); a summary
 // line on stderr.
-// --max-seqs N: sequences held at once (default: what the memory plan allows, never more than
-// the inputs). Exit codes as a single run; 4 (RUN INVALID) when an expert read failed, after
+// --max-seqs N: sequences held at once (default: as many as the memory plan fits, at most
+// kDefaultMaxSeqs, never more than the inputs); the plan holds each one's caches and states, so
+// a --max-seqs that does not fit is refused (exit 2). --spec is for prompt runs only. Exit codes as a single run; 4 (RUN INVALID) when an expert read failed, after
 // every line is written.
 #pragma once
 

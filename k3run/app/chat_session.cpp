@@ -175,6 +175,7 @@ class Session {
     GenerateOptions g;
     g.prompt = feed;
     g.gen = gen;
+    g.spec = o_.spec;
     g.stop_ids = EndTokenIds(&tok_);  // [EOS], <|end_of_msg|>: the stop rules of every mode
     seq_->sampler() = Sampler(o_.sampling, o_.seed, turn_ + 1);  // each turn its own stream
     ++turn_;

@@ -44,6 +44,7 @@ struct ChatOptions {
   std::string state_path;             // the sequence's state file ("": none), beside --history
   SamplerOptions sampling;
   uint64_t seed = 0;                  // used when sampling; turn t uses stream t + 1
+  int64_t spec = 0;                   // --spec N (greedy only)
   bool progress = true;               // per-turn notices and rates on stderr
   bool hide_thinking = false;         // --hide-thinking: the thinking channel is not printed
   bool terminal = false;              // stdout is a terminal (thinking dimmed, not marked)

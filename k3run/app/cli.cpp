@@ -114,6 +114,19 @@ Status CheckModes(const RunOptions& o) {
     if (o.effort) K3_RETURN_IF_ERROR(ValidateEffort(*o.effort));
     if (o.gen <= 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat needs > 0");
   }
+  if (o.spec < 0 || o.spec > kMaxSpec) {
+    return Status::Invalid("--spec " + std::to_string(o.spec) + ": must be in [0, " +
+                           std::to_string(kMaxSpec) + "] (0: off)");
+  }
+  if (o.spec > 0 && o.recompute) {
+    return Status::Invalid("--spec and --recompute are exclusive: --recompute re-runs the whole "
+                           "prefix every step, there is nothing to draft against");
+  }
+  if (o.spec > 0 && o.sampling.sampling()) {
+    return Status::Invalid("--spec needs greedy decoding: exact speculative sampling is not "
+                           "implemented; drop --temperature/--top-k/--top-p/--min-p/--seed or "
+                           "--spec (penalties are fine: greedy stays an argmax)");
+  }
   return ValidateSamplerOptions(o.sampling);
 }
 
@@ -284,9 +297,10 @@ PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
   po.preload = o.preload;
   po.verify_reads = o.verify_reads;
   po.prefetch_experts = o.prefetch_experts;
+  po.spec_rows = o.spec;
   po.progress = lines ? o.output.progress : ProgressMode::kNone;
   po.mem_available = io.mem_available;
-  if (o.serve.serve) po.sequences = o.max_seqs.value_or(kDefaultServeSeqs);
+  if (o.serve.serve) po.sequences = o.max_seqs.value_or(0);  // 0: as many as the plan fits
   return po;
 }
 
@@ -304,7 +318,7 @@ Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, 
   }
   if (!o.chat) {
     K3_ASSIGN_OR_RETURN(po.positions, PromptContext(o, held, P));
-    po.pass_rows = o.recompute ? po.positions : std::max<int64_t>(P, 1);
+    po.pass_rows = o.recompute ? po.positions : std::max<int64_t>({P, o.spec + 1, 1});
     return engine->Plan(po);
   }
   if (o.ctx) {
@@ -416,6 +430,7 @@ Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, u
   if (!o.history.empty()) co.state_path = o.history + ".state";
   co.sampling = o.sampling;
   co.seed = seed;
+  co.spec = o.spec;
   co.progress = lines;
   co.hide_thinking = o.hide_thinking;
   co.terminal = !io.write_stdout && ::isatty(1) == 1;
@@ -505,6 +520,7 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   g.prompt = prompt;
   g.gen = o.gen;
   g.recompute = o.recompute;
+  g.spec = o.spec;
   g.stop_ids = StopIds(*engine, o);
   ShownText shown(tokenizer, o, terminal, out);
   g.stop_requested = [&shown] { return shown.stopped() || Interrupted(); };
@@ -551,6 +567,8 @@ RunReport BuildReport(const Engine& engine, const RunOptions& o, kernels::Isa is
   r.stopped_by_id = run.result.stopped_by_id;
   r.stop_reason = run.stop_reason;
   r.steps = run.result.steps;
+  r.spec = o.spec;
+  r.spec_stats = run.result.spec;
   r.plan = engine.memory_plan();
   if (const StreamingWeights* sw = engine.streaming()) {
     r.streaming_plan = *engine.streaming_plan();
@@ -630,7 +648,7 @@ ProgressMode ResolvedProgressMode(ProgressMode m) {
 }
 
 // --batch (k3run/app/batch.h): the requests read and checked, the plan for every sequence's
-// positions, then the shared phases of a prompt run (probes, weights) and the scheduler.
+// positions, the weights, then the scheduler.
 Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa,
                     const std::function<Status(std::string_view)>& out, bool lines) {
   K3_RETURN_IF_ERROR(CheckBatchFlags(o));
@@ -654,15 +672,23 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
     if (!po.budget.any()) return Status::Invalid("--cache-policy needs a memory budget");
   }
   K3_ASSIGN_OR_RETURN(po.positions, BatchPositions(o, inputs));
-  po.sequences = o.max_seqs.value_or(0);
+  // Never more sequences than inputs; without --max-seqs the plan chooses (0).
+  const auto n = static_cast<int64_t>(inputs.size());
+  po.sequences = o.max_seqs ? std::min(*o.max_seqs, n) : 0;
   // Room for the longest prompt, or for a decode row of every sequence, in one pass.
+  po.pass_rows = std::min(o.max_seqs.value_or(kDefaultMaxSeqs), n);
   for (const BatchInput& in : inputs) {
     po.pass_rows = std::max(po.pass_rows, static_cast<int64_t>(in.ids.size()));
   }
-  po.pass_rows = std::max(po.pass_rows, o.max_seqs.value_or(kDefaultMaxSeqs));
   K3_RETURN_IF_ERROR(engine->Plan(po));
+  // As many as fit is more than the inputs need: plan again for exactly them, so the room the
+  // other sequences' caches and states would take goes back to the weights and the chunk.
+  if (po.sequences == 0 && engine->memory_plan().sequences > n) {
+    po.sequences = n;
+    K3_RETURN_IF_ERROR(engine->Plan(po));
+  }
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
-  (void)ProbeFloor(env, *engine, o, lines);
+  // No bandwidth probes: the batch report has no floor (yet).
   K3_RETURN_IF_ERROR(engine->LoadWeights());
   if (lines) LogPlan(*engine, isa, false);
   BatchContext ctx;
@@ -704,7 +730,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
   std::string name = o.prepared;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   name = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
-  return RunServer(engine.get(), o.serve, name, o.max_seqs.value_or(kDefaultServeSeqs));
+  return RunServer(engine.get(), o.serve, name, engine->memory_plan().sequences);
 }
 
 }  // namespace
@@ -871,6 +897,10 @@ void AddRunControlFlags(CLI::App* app, RunOptions* o) {
                 "print special tokens ([EOS], <|reserved_token_N|>...) as text");
   app->add_flag("-v,--verbose", o->verbose,
                 "one stderr line per step (time, bytes read, expert hits); always in --out");
+  app->add_option("--spec", o->spec,
+                  "speculative decoding: verify up to N prompt-lookup draft tokens per pass "
+                  "(greedy only; same ids; 0: off)")
+      ->default_val(0);
   app->add_flag("--recompute", o->recompute,
                 "re-run the whole prefix every step (the check path; same bits, O(T^2))");
   app->add_option("--layers", o->layers, "run only the first N layers (NOT the model; default: all)")

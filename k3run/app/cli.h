@@ -71,6 +71,7 @@ struct RunOptions {
   int64_t gen = 16;               // chat: 2048 unless --gen is given
   bool gen_set = false;
   bool recompute = false;
+  int64_t spec = 0;               // --spec N: verify up to N prompt-lookup drafts per pass
   std::vector<int64_t> stop_ids;
   std::vector<std::string> stop_strings;  // --stop (repeatable), matched on the decoded text
   bool ignore_eos = false;        // --ignore-eos: run exactly --gen tokens

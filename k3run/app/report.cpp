@@ -128,6 +128,8 @@ json StepsJson(const std::vector<StepRecord>& steps) {
   for (const StepRecord& s : steps) {
     out.push_back(json{{"index", s.index},
                        {"tokens_in", s.tokens_in},
+                       {"drafted", s.drafted},
+                       {"accepted", s.accepted},
                        {"mla_seconds", s.mla_seconds},
                        {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
                        {"seconds", s.seconds},
@@ -233,6 +235,25 @@ json StreamingJson(const RunReport& r) {
 
 }  // namespace
 
+// Decode passes against decode tokens: every generated token but the first (which the prompt's
+// pass chose) came from a decode pass, several per pass when drafts were kept.
+json SpeculationJson(const RunReport& r) {
+  const SpecStats& s = r.spec_stats;
+  const auto decoded = static_cast<int64_t>(r.generated_ids.size()) - 1;
+  const Totals d = DecodeSteps(r.steps);
+  return json{{"spec", r.spec},
+              {"decode_passes", s.passes},
+              {"drafted", s.drafted},
+              {"accepted", s.accepted},
+              {"acceptance", s.drafted > 0 ? json(double(s.accepted) / double(s.drafted))
+                                           : json(nullptr)},
+              {"tokens_per_pass", s.passes > 0 && decoded > 0
+                                      ? json(double(decoded) / double(s.passes))
+                                      : json(nullptr)},
+              {"bytes_read_per_decode_token",
+               d.steps > 0 ? json(double(d.bytes.total()) / double(d.steps)) : json(nullptr)}};
+}
+
 std::string RenderReportJson(const RunReport& r) {
   json failures = json::array();
   for (const ExpertFailure& f : r.failures) {
@@ -255,12 +276,15 @@ std::string RenderReportJson(const RunReport& r) {
       {"stop_reason", !r.stop_reason.empty() ? r.stop_reason : r.stopped_by_id ? "stop-id" : "gen"},
       {"steps", StepsJson(r.steps)},
       {"totals", TotalsJson(r)},
+      {"speculation", SpeculationJson(r)},
       {"memory_plan",
        json{{"positions", r.plan.positions},
             {"chunk", r.plan.chunk},
             {"budget_bytes", r.plan.budget},
             {"kv_cache_bytes", r.plan.kv_cache_bytes},
             {"state_bytes", r.plan.state_bytes},
+            {"record_bytes", r.plan.record_bytes},
+            {"sequences", r.plan.sequences},
             {"scratch_bytes", r.plan.scratch_bytes},
             {"weights_bytes", r.plan.weights_bytes},
             {"total_bytes", r.plan.total()}}},
@@ -349,6 +373,15 @@ std::string SummaryLine(const RunReport& r) {
   if (std::optional<FloorResult> f = RunFloor(r)) {
     std::snprintf(buf, sizeof buf, "; time / floor %.2f (%s-bound)", f->time_over_floor,
                   f->floor.bound.c_str());
+    out += buf;
+  }
+  if (r.spec > 0 && r.spec_stats.passes > 0) {
+    const SpecStats& sp = r.spec_stats;
+    std::snprintf(buf, sizeof buf, "; spec %lld: %lld decode passes, %lld of %lld drafted kept, "
+                  "%.2f tokens/pass", static_cast<long long>(r.spec),
+                  static_cast<long long>(sp.passes), static_cast<long long>(sp.accepted),
+                  static_cast<long long>(sp.drafted),
+                  double(std::max<size_t>(n, 1) - 1) / double(sp.passes));
     out += buf;
   }
   if (r.layers_run != r.n_layers) out += "\n" + NotTheModelNote(r);

@@ -46,6 +46,8 @@ struct RunReport {
   bool stopped_by_id = false;
   std::string stop_reason;  // gen | end-token | stop-id | stop-string; "": from stopped_by_id
   std::vector<StepRecord> steps;
+  int64_t spec = 0;          // --spec N
+  SpecStats spec_stats;      // decode passes, drafted and accepted tokens
   MemoryPlan plan;
   std::optional<StreamingPlan> streaming_plan;
   StreamingStats streaming_stats;

@@ -29,8 +29,6 @@ struct ServeOptions {
   double prompt_cache_gb = 0;         // --prompt-cache-gb (0: off)
 };
 
-// Slots when --max-seqs (RunOptions::max_seqs, shared with --batch) is not given.
-inline constexpr int64_t kDefaultServeSeqs = 4;
 // Workers beyond max_seqs + queue: they answer /health, /metrics and 429s while every slot and
 // queue place holds a worker.
 inline constexpr int64_t kSpareWorkers = 4;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <vector>
 
 namespace k3::run {
@@ -18,56 +19,186 @@ int64_t PositionsNeeded(int64_t prompt_len, int64_t gen) {
   return prompt_len + std::max<int64_t>(gen - 1, 0);
 }
 
+namespace {
+
+// One Generate call: the ids so far, the result, and how a chosen token is handed on.
+class Loop {
+ public:
+  Loop(Engine* engine, Sequence* seq, const GenerateOptions& o, const StepCallback& on_step)
+      : engine_(engine), seq_(seq), o_(o), on_step_(on_step), V_(engine->config().vocab) {
+    all_ = seq->tokens();  // what the sequence holds + prompt + chosen tokens
+    all_.insert(all_.end(), o.prompt.begin(), o.prompt.end());
+  }
+
+  Status Prefill();
+  // One decode step: a plain one-row pass, or a verifying pass of a draft. False: finished.
+  Result<bool> Decode(DraftPolicy* policy);
+  GenerateResult Take() { return std::move(out_); }
+  bool finished() const { return finished_; }
+
+ private:
+  int32_t Choose(const float* logits, std::span<const int32_t> recent) {
+    return seq_->sampler().greedy() ? Greedy(logits, V_) : seq_->sampler().Next(logits, V_, recent);
+  }
+  // Records a step (and its token, if any), runs the callback and the stop rules. False: stop.
+  Result<bool> Emit(const StepRecord& rec, const float* logits);
+  Result<bool> Verify(std::vector<int32_t> draft, DraftPolicy* policy);
+  static StepRecord FromPass(int64_t index, int64_t rows, const StepResult& pass,
+                             std::chrono::steady_clock::time_point t0);
+
+  Engine* engine_;
+  Sequence* seq_;
+  const GenerateOptions& o_;
+  const StepCallback& on_step_;
+  int64_t V_;
+  std::vector<int32_t> all_;
+  GenerateResult out_;
+  bool finished_ = false;
+};
+
+StepRecord Loop::FromPass(int64_t index, int64_t rows, const StepResult& pass,
+                          std::chrono::steady_clock::time_point t0) {
+  StepRecord rec;
+  rec.index = index;
+  rec.tokens_in = rows;
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rec.mla_seconds = pass.mla_seconds;
+  rec.bytes = pass.bytes;
+  rec.source = pass.source;
+  return rec;
+}
+
+Result<bool> Loop::Emit(const StepRecord& rec, const float* logits) {
+  out_.steps.push_back(rec);
+  if (rec.token >= 0) {
+    all_.push_back(rec.token);
+    out_.generated.push_back(rec.token);
+  }
+  if (on_step_) K3_RETURN_IF_ERROR(on_step_(rec, logits));
+  if (rec.token >= 0 &&
+      std::find(o_.stop_ids.begin(), o_.stop_ids.end(), rec.token) != o_.stop_ids.end()) {
+    out_.stopped_by_id = true;
+    return false;
+  }
+  if (o_.stop_requested && o_.stop_requested()) return false;
+  return static_cast<int64_t>(out_.generated.size()) < o_.gen;
+}
+
+Status Loop::Prefill() {
+  const auto t0 = std::chrono::steady_clock::now();
+  K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Feed(seq_, o_.prompt, Logits::kLast));
+  const float* logits = pass.LogitsOf(0, V_);
+  StepRecord rec = FromPass(0, static_cast<int64_t>(o_.prompt.size()), pass, t0);
+  if (o_.gen > 0) rec.token = Choose(logits, all_);
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  K3_ASSIGN_OR_RETURN(bool more, Emit(rec, logits));
+  finished_ = !more;
+  return Status::Ok();
+}
+
+Result<bool> Loop::Decode(DraftPolicy* policy) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto index = static_cast<int64_t>(out_.steps.size());
+  if (o_.recompute) {
+    // Everything so far again, from an empty sequence (the O(T²) check path).
+    seq_->Reset();
+    K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Feed(seq_, all_, Logits::kLast));
+    StepRecord rec = FromPass(index, static_cast<int64_t>(all_.size()), pass, t0);
+    rec.token = Choose(pass.LogitsOf(0, V_), all_);
+    return Emit(rec, pass.LogitsOf(0, V_));
+  }
+  if (policy != nullptr) {
+    // A draft never runs past the tokens asked for nor the sequence's positions.
+    const int64_t left = o_.gen - static_cast<int64_t>(out_.generated.size());
+    const int64_t room = seq_->capacity() - seq_->length() - 1;
+    const int64_t scratch = engine_->chunk() - 1;  // the plan's scratch holds chunk() rows
+    const int64_t want = std::min({policy->Length(), left - 1, room, scratch});
+    std::vector<int32_t> draft =
+        want <= 0 ? std::vector<int32_t>()
+        : o_.drafter ? o_.drafter(all_, static_cast<int64_t>(out_.generated.size()), want)
+                     : PromptLookupDraft(all_, want);
+    if (static_cast<int64_t>(draft.size()) > want) draft.resize(static_cast<size_t>(std::max<int64_t>(want, 0)));
+    if (!draft.empty()) return Verify(std::move(draft), policy);
+  }
+  StepInput in{seq_, {all_.back()}, Logits::kLast};
+  K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Step(std::span<StepInput>(&in, 1)));
+  K3_RETURN_IF_ERROR(engine_->Commit(seq_, 1));
+  ++out_.spec.passes;
+  StepRecord rec = FromPass(index, 1, pass, t0);
+  rec.token = Choose(pass.LogitsOf(0, V_), all_);
+  return Emit(rec, pass.LogitsOf(0, V_));
+}
+
+// One pass over the last token and the draft; keeps what greedy would have chosen.
+Result<bool> Loop::Verify(std::vector<int32_t> draft, DraftPolicy* policy) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto k = static_cast<int64_t>(draft.size());
+  StepInput in{seq_, {all_.back()}, Logits::kAll, /*tentative=*/true};
+  in.ids.insert(in.ids.end(), draft.begin(), draft.end());
+  K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Step(std::span<StepInput>(&in, 1)));
+  // Row i's token, chosen as plain decoding would: the recent ids are the kept draft so far.
+  std::vector<int32_t> chosen;
+  std::vector<int32_t> recent = all_;
+  for (int64_t i = 0; i <= k; ++i) {
+    chosen.push_back(Choose(pass.LogitsOf(0, V_) + i * V_, recent));
+    if (i == k || chosen.back() != draft[static_cast<size_t>(i)]) break;
+    recent.push_back(chosen.back());
+  }
+  const int64_t accepted = static_cast<int64_t>(chosen.size()) - 1;
+  policy->Record(k, accepted);
+  ++out_.spec.passes;
+  out_.spec.drafted += k;
+  out_.spec.accepted += accepted;
+  // Emit token by token; the rows kept are those whose tokens were emitted (the last emitted
+  // token is fed by the next step, as in plain decoding).
+  int64_t emitted = 0;
+  bool more = true;
+  Status failed;
+  for (int64_t i = 0; i < static_cast<int64_t>(chosen.size()) && more; ++i) {
+    StepRecord rec = i == 0 ? FromPass(static_cast<int64_t>(out_.steps.size()), k + 1, pass, t0)
+                            : StepRecord{};
+    rec.index = static_cast<int64_t>(out_.steps.size());
+    if (i == 0) {
+      rec.drafted = k;
+      rec.accepted = accepted;
+    }
+    rec.token = chosen[static_cast<size_t>(i)];
+    ++emitted;
+    Result<bool> r = Emit(rec, pass.LogitsOf(0, V_) + i * V_);
+    if (!r.ok()) {
+      failed = r.status();
+      break;
+    }
+    more = *r;
+  }
+  K3_RETURN_IF_ERROR(engine_->Commit(seq_, emitted));
+  K3_RETURN_IF_ERROR(failed);
+  return more;
+}
+
+}  // namespace
+
 Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOptions& o,
                                 const StepCallback& on_step) {
   if (o.prompt.empty()) return Status::Invalid("empty prompt: give at least one token id");
-  const int64_t V = engine->config().vocab;
-  std::vector<int32_t> all = seq->tokens();  // what the sequence holds + prompt + chosen tokens
-  all.insert(all.end(), o.prompt.begin(), o.prompt.end());
-  GenerateResult out;
-  const int64_t steps = std::max<int64_t>(o.gen, 1);
-  for (int64_t s = 0; s < steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    StepRecord rec;
-    rec.index = s;
-    StepResult pass;
-    if (s > 0 && !o.recompute) {
-      StepInput in{seq, {all.back()}, Logits::kLast};
-      K3_ASSIGN_OR_RETURN(pass, engine->Step(std::span<StepInput>(&in, 1)));
-      K3_RETURN_IF_ERROR(engine->Commit(seq, 1));
-      rec.tokens_in = 1;
-    } else {
-      // The prompt (or, recomputing, everything so far) in passes of the plan's chunk.
-      std::span<const int32_t> feed(o.prompt);
-      if (s > 0) {
-        seq->Reset();
-        feed = std::span<const int32_t>(all);
-      }
-      K3_ASSIGN_OR_RETURN(pass, engine->Feed(seq, feed, Logits::kLast));
-      rec.tokens_in = static_cast<int64_t>(feed.size());
-    }
-    const float* logits = pass.LogitsOf(0, V);
-    if (o.gen > 0) {
-      rec.token = seq->sampler().greedy() ? Greedy(logits, V) : seq->sampler().Next(logits, V, all);
-    }
-    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rec.mla_seconds = pass.mla_seconds;
-    rec.bytes = pass.bytes;
-    rec.source = pass.source;
-    out.steps.push_back(rec);
-    if (rec.token >= 0) {
-      all.push_back(rec.token);
-      out.generated.push_back(rec.token);
-    }
-    if (on_step) K3_RETURN_IF_ERROR(on_step(rec, logits));
-    if (rec.token >= 0 &&
-        std::find(o.stop_ids.begin(), o.stop_ids.end(), rec.token) != o.stop_ids.end()) {
-      out.stopped_by_id = true;
-      break;
-    }
-    if (o.stop_requested && o.stop_requested()) break;
+  if (o.spec < 0 || o.spec > kMaxSpec) {
+    return Status::Invalid("--spec " + std::to_string(o.spec) + ": must be in [0, " +
+                           std::to_string(kMaxSpec) + "]");
   }
-  return out;
+  if (o.spec > 0 && seq->sampler().sampling()) {
+    return Status::Invalid("--spec needs greedy decoding: exact speculative sampling is not "
+                           "implemented (drop --temperature/--top-k/--top-p/--min-p/--seed, "
+                           "or --spec)");
+  }
+  Loop loop(engine, seq, o, on_step);
+  K3_RETURN_IF_ERROR(loop.Prefill());
+  std::optional<DraftPolicy> policy;
+  if (o.spec > 0) policy.emplace(o.spec, PassCost::FromEngine(*engine), !o.spec_fixed);
+  bool more = !loop.finished();
+  while (more) {
+    K3_ASSIGN_OR_RETURN(more, loop.Decode(policy ? &*policy : nullptr));
+  }
+  return loop.Take();
 }
 
 }  // namespace k3::run

@@ -15,10 +15,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
 #include "k3run/engine/session.h"
+#include "k3run/engine/speculation.h"
 
 namespace k3::run {
 
@@ -29,6 +31,16 @@ struct GenerateOptions {
   std::vector<int32_t> prompt;     // non-empty, every id < vocab (validated by the caller)
   int64_t gen = 0;                 // tokens to generate
   bool recompute = false;
+  // --spec N: verify up to N prompt-lookup draft tokens per pass (speculation.h); needs a
+  // sampler that does not draw at random, and the plan's spec_rows ≥ N. Same ids and logits.
+  int64_t spec = 0;
+  bool spec_fixed = false;  // draft N whenever the lookup finds N (no adaptation)
+  // Where drafts come from; null: PromptLookupDraft(ids so far, n). Given the ids so far, the
+  // count generated and the most to draft. Tests and benchmarks give a known continuation here
+  // (synthetic weights do not repeat text, so lookups rarely hit on them); any draft gives the
+  // same output, only the passes differ.
+  std::function<std::vector<int32_t>(std::span<const int32_t> ids, int64_t generated,
+                                     int64_t n)> drafter;
   std::vector<int64_t> stop_ids;
   // Asked after each step's callback; true ends generation there (the caller's stop rules:
   // stop strings, an interrupt). The caller knows why it stopped.
@@ -37,7 +49,10 @@ struct GenerateOptions {
 
 struct StepRecord {
   int64_t index = 0;      // 0 = prefill
-  int64_t tokens_in = 0;  // rows fed this step
+  int64_t tokens_in = 0;  // rows fed this step; 0 for a token that shared an earlier step's
+                          // pass (speculation: the pass is counted on its first token)
+  int64_t drafted = 0;    // draft tokens the pass verified (on its first token)
+  int64_t accepted = 0;   // of which kept
   int32_t token = -1;     // chosen token; −1 for a prefill-only run (gen 0)
   double seconds = 0;     // the pass + choosing the token
   double mla_seconds = 0; // of which in MLA attention
@@ -53,6 +68,7 @@ struct GenerateResult {
   std::vector<int32_t> generated;
   std::vector<StepRecord> steps;
   bool stopped_by_id = false;
+  SpecStats spec;
 };
 
 // `seq` (empty or holding earlier tokens) must have room for PositionsNeeded more positions.

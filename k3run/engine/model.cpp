@@ -101,11 +101,15 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
       ls.mla = &seg.state->mla[static_cast<size_t>(L)];
     } else {
       ls.kda = &seg.state->kda[static_cast<size_t>(L)];
+      if (seg.tentative) ls.records = &seg.state->records[static_cast<size_t>(L)];
     }
     return ls;
   };
   // Every sequence's state is checked before the first phase changes anything.
   for (const Segment& seg : segments) {
+    if (seg.tentative && seg.state->records.size() != seg.state->kda.size()) {
+      seg.state->records.resize(seg.state->kda.size());
+    }
     K3_RETURN_IF_ERROR(ops::CheckLayerState(L, w, seg.n, state_of(seg)));
   }
   K3_RETURN_IF_ERROR(ops::BeginLayer(L, w, dims_, h, T, blocks, s));
@@ -123,7 +127,7 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
     GuessNextExperts(L, h, T);
     ops::GluMlp(w.dense, dims_.situ_b1, dims_.situ_b2, s->a.data(), T, s->out.data());
   } else {
-    RunMoe(L, w, h, T, s);
+    RunMoe(L, w, segments, h, T, s);
   }
   ops::EndLayer(dims_, T, *s, h);
   return Status::Ok();
@@ -132,16 +136,47 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
 // The MoE block with its routed experts read through the source: wave 0's reads are issued as
 // soon as routing is known, then the next layer's guess, then the work that needs no routed
 // expert, then the experts as they arrive (ExpertWaves); h is the MLP input before its norm.
-void Model::RunMoe(int L, const ops::LayerWeights& w, const float* h, int64_t T,
-                   ops::LayerScratch* s) {
+void Model::RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
+                   const float* h, int64_t T, ops::LayerScratch* s) {
   const ops::Routing routing = ops::Route(w.moe, dims_, s->a.data(), T);
   ExpertWaves waves(weights_, L, dims_, routing);
   waves.Start();
   GuessNextExperts(L, h, T);
   ops::MoeScratch moe;
   ops::MoeBegin(w.moe, dims_, s->a.data(), T, &moe);
+  const size_t missing_before = stats_.missing.size();
   waves.Run(&moe, &stats_);
   ops::MoeCombine(w.moe, dims_, routing, moe, s->out.data());
+  MarkInvalid(routing, std::span<const int32_t>(stats_.missing).subspan(missing_before), segments);
+}
+
+// Every sequence with a row routed to an expert that could not be read is RUN INVALID; the
+// others in the pass are not (their rows never touched it).
+void Model::MarkInvalid(const ops::Routing& routing, std::span<const int32_t> missing,
+                        std::span<const Segment> segments) {
+  std::vector<int64_t> rows;
+  for (int32_t e : missing) ops::RowsOf(routing, e, &rows);
+  for (int64_t slot : rows) {
+    const int64_t t = slot / routing.topk;  // RowsOf gives slot rows t·topk + j
+    int64_t first = 0;
+    for (const Segment& seg : segments) {
+      if (t >= first && t < first + seg.n) seg.state->invalid = true;
+      first += seg.n;
+    }
+  }
+}
+
+void Model::Keep(State* state, int64_t n, int64_t kept) const {
+  const int64_t drop = n - kept;
+  for (int L = 0; L < layers_; ++L) {
+    const auto l = static_cast<size_t>(L);
+    if (config_.is_mla(L)) {
+      state->mla[l].len -= drop;
+    } else {
+      ops::KdaReplay(state->records[l], kept, dims_, &state->kda[l]);
+    }
+  }
+  state->pos -= drop;
 }
 
 // While layer L's experts load, the most likely experts of L+1 (ops::GuessExperts on L's pre-norm

@@ -29,6 +29,9 @@ namespace k3::run {
 struct State {
   std::vector<ops::KdaState> kda;  // [n_layers]; sized only for KDA layers < layers
   std::vector<ops::MlaCache> mla;  // [n_layers]; sized (capacity positions) only for MLA layers
+  // [n_layers]: the last tentative pass's per-row records of each KDA layer (Model::Keep);
+  // empty until a tentative segment runs.
+  std::vector<ops::KdaRecords> records;
   int64_t pos = 0;                 // positions already in the cache
   // Rows of this sequence were routed to an expert that could not be read (RUN INVALID).
   bool invalid = false;
@@ -48,6 +51,9 @@ struct Segment {
   int64_t n = 0;
   State* state = nullptr;
   Logits logits = Logits::kLast;
+  // The rows may be discarded (speculative drafts): KDA layers record them and leave the state
+  // as it was; Model::Keep then applies the rows that stay. MLA caches are appended either way.
+  bool tentative = false;
 };
 
 class Model {
@@ -59,6 +65,9 @@ class Model {
   // order; no state twice), advancing each state->pos by its n. logits: the rows each segment
   // asks for, segment by segment ([n][vocab] for kAll, [vocab] for kLast).
   Status Pass(std::span<const Segment> segments, float* logits);
+  // After a pass with a tentative segment of `n` rows on `state`: keeps the first `kept` (KDA
+  // layers replay their records, MLA caches and the position drop the rest). No weight is read.
+  void Keep(State* state, int64_t n, int64_t kept) const;
   // Pass() of one segment: logits [T][vocab] when all_rows, else [vocab] for the last row only.
   Status Forward(const int32_t* ids, int64_t T, State* state, bool all_rows, float* logits);
 
@@ -75,8 +84,11 @@ class Model {
  private:
   Status RunLayer(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
                   float* h, int64_t T, ops::BlockStack* blocks, ops::LayerScratch* s);
-  void RunMoe(int L, const ops::LayerWeights& w, const float* h, int64_t T, ops::LayerScratch* s);
+  void RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
+              const float* h, int64_t T, ops::LayerScratch* s);
   Status Head(const float* h, int64_t rows, float* logits);
+  void MarkInvalid(const ops::Routing& routing, std::span<const int32_t> missing,
+                   std::span<const Segment> segments);
   // Hands the source a ranked guess of layer L+1's experts from L's pre-norm MLP input h [T][E].
   void GuessNextExperts(int L, const float* h, int64_t T);
 

@@ -94,6 +94,8 @@ class Sampler {
   int32_t Next(const float* logits, int64_t n, std::span<const int32_t> recent = {});
   // True when Next is exactly Greedy(logits): no sampling and no penalty.
   bool greedy() const { return greedy_; }
+  // True when Next draws at random (not a (penalised) argmax): speculation refuses it.
+  bool sampling() const { return o_.sampling(); }
 
  private:
   void Penalise(const float* logits, size_t n, std::span<const int32_t> recent);

@@ -7,14 +7,22 @@
 //   - one decode row from every slot that is generating, then
 //   - prompt rows of slots that are still prefilling, oldest request first, until the pass holds
 //     `pass_rows` rows (the plan's chunk); a prompt longer than that is fed over several passes.
+//   When the generating slots alone would fill the pass while a prompt waits, decode rows leave
+//   it one row (prefill always advances) and take turns round robin (no slot starves).
 // A request finishes at its token limit, a stop id, when its callback says stop (stop strings,
 // a client gone), on Cancel, or when the end of its context is reached; its slot takes the next
 // queued request in the same call.
 //
 // Bits: every request gets exactly the logits (so the ids) of running it alone through
 // Generate: rows never interact across sequences (DESIGN.md §11.2a), each request has its own
-// Sampler (one RNG per sequence, seeded from the request), and a prompt split across passes
-// gives the bits of one pass (chunk identity).
+// Sampler (one RNG per sequence: Sampler(sampling, seed, turn 0), as NewSequence(sampling, seed)
+// makes for Generate; Greedy() when it is greedy, else Next over prompt + tokens so far), and a
+// prompt split across passes gives the bits of one pass (chunk identity).
+// Prompt cache (prompt_cache_bytes > 0): a request that ends with kLength, kStopId, kStopped or
+// kContext leaves Engine::Snapshot of its sequence (prompt + generated but the last, unfed
+// token) in an LRU bounded by bytes; never after kError, kCancelled or RUN INVALID. Admission
+// restores the longest snapshot whose tokens are a PROPER prefix of the prompt and feeds only
+// the rest; the logits are those of a cold run.
 // Expert read failures: a request whose rows were routed to an expert that could not be read
 // ends with kError and status kUnreliable ("RUN INVALID", exit 4), the others go on.
 // Threads: Submit, Cancel and the counters may be called from any thread; RunPass, and so every
@@ -40,11 +48,12 @@ enum class FinishReason {
   kLength,     // generated max_tokens
   kStopId,     // generated one of stop_ids (the id is part of the output)
   kStopped,    // on_token returned false (a stop string matched, the client went away)
-  kContext,    // the sequence's positions are full
+  kContext,    // the sequence's positions are full (no position left to feed the next token)
   kCancelled,  // Cancel() or the scheduler shutting down
   kError,      // a pass failed (status says why); an expert that could not be read: kUnreliable
 };
-const char* FinishReasonName(FinishReason r);  // "length", "stop_id", "stopped", ...
+// "length", "stop_id", "stopped", "context", "cancelled", "error".
+const char* FinishReasonName(FinishReason r);
 
 struct Request {
   std::vector<int32_t> prompt;   // ≥ 1 id, each < vocab (the submitter validates)
@@ -53,7 +62,7 @@ struct Request {
   uint64_t seed = 0;
   std::vector<int64_t> stop_ids;
   // After each generated token, with its logits [vocab] (valid during the call). false: stop
-  // (the token stays part of the output).
+  // (the token stays part of the output). Never called for max_tokens 0.
   std::function<bool(int32_t token, const float* logits)> on_token;
   // After each pass that fed prompt rows: rows fed so far of the prompt (keep-alives, progress).
   std::function<void(int64_t fed, int64_t total)> on_prefill;
@@ -68,7 +77,7 @@ struct RequestResult {
   Status status;                  // ok unless kError
   int64_t prompt_tokens = 0;      // the prompt's length
   int64_t prompt_fed = 0;         // of which fed by passes (less when the prompt cache served a prefix)
-  int64_t passes = 0;             // passes the request took part in
+  int64_t passes = 0;             // passes the request took part in (a failed one included)
   double queued_seconds = 0;      // submit → admission to a slot
   double first_token_seconds = 0; // submit → first generated token
   double seconds = 0;             // submit → done
@@ -104,7 +113,10 @@ class Scheduler {
   ~Scheduler();
 
   // Queues a request; its id, or Status::Io naming the queue limit when max_queue requests
-  // already wait (the server's 429). Any thread.
+  // already wait (the server's 429), or Status::Invalid for a request no sequence can run (an
+  // empty prompt, an id outside the vocab, a prompt longer than a sequence's positions,
+  // max_tokens < 0, sampling options ValidateSamplerOptions refuses). A refused request's
+  // on_done is never called. Any thread.
   Result<int64_t> Submit(Request r);
   // Ends a request (queued or running) with kCancelled; its rows in flight are discarded and its
   // slot is free for the next pass. Unknown or finished ids are ignored. Any thread.
@@ -112,12 +124,14 @@ class Scheduler {
   // Ends every request with kCancelled (shutdown). Any thread; takes effect at the next pass.
   void CancelAll();
 
-  // Runs one pass if any request is queued or running (false when idle). Engine thread only.
-  // A failing pass ends the requests it carried with kError; the scheduler stays usable.
+  // Runs one pass if any request is queued or running; true when it ran a pass or ended a
+  // request (a cancellation), false when idle. Engine thread only. A failing pass ends the
+  // requests it carried with kError and the pass's status; the scheduler stays usable.
   Result<bool> RunPass();
   // RunPass until idle (--batch).
   Status RunUntilIdle();
-  // Blocks until there is work or `wake()` was called; for the server's engine thread.
+  // Blocks until a request is queued, running or cancelled, or Wake() was called since the
+  // last return; for the server's engine thread.
   void WaitForWork();
   void Wake();
 

@@ -21,6 +21,7 @@ void Sequence::Reset() {
   tokens_.clear();
   pending_ids_.clear();
   pending_ = 0;
+  pending_tentative_ = false;
 }
 
 // ---- Opening ----
@@ -105,6 +106,7 @@ std::unique_ptr<Engine> Engine::WithSource(const ModelConfig& c, WeightSource* s
   e->options_.positions = positions;
   e->plan_.positions = positions;
   e->plan_.chunk = std::max<int64_t>(positions, 1);  // no plan: any input in one pass
+  e->max_tentative_rows_ = std::max<int64_t>(positions, 1);
   e->source_ = source;
   e->model_ = std::make_unique<Model>(c, source, e->layers_);
   return e;
@@ -124,9 +126,11 @@ int64_t ChooseChunk(const ModelConfig& c, const PlanOptions& o, uint64_t room, i
       1, LargestChunk(c, room, o.positions, threads, std::min(cap, kDefaultMaxChunk)));
 }
 
-std::string ReservedWhat(const MemoryPlan& fixed, int64_t chunk) {
-  return "latent caches for " + std::to_string(fixed.positions) + " positions + KDA states + "
-         "scratch for " + std::to_string(chunk) + "-row passes";
+std::string ReservedWhat(const MemoryPlan& fixed, int64_t chunk, int64_t sequences = 1) {
+  return "latent caches for " + std::to_string(fixed.positions) + " positions + KDA states" +
+         (sequences > 1 ? " of " + std::to_string(sequences) + " sequences" : std::string()) +
+         (fixed.record_bytes > 0 ? " + speculation records" : std::string()) + " + scratch for " +
+         std::to_string(chunk) + "-row passes";
 }
 
 }  // namespace
@@ -144,9 +148,26 @@ Status Engine::Plan(const PlanOptions& o) {
   K3_ASSIGN_OR_RETURN(uint64_t avail, o.mem_available ? o.mem_available() : MemAvailableBytes());
   mem_available_ = avail;
   const int threads = kernels::Threads();
-  // Caches and states first: they do not depend on the weights or the chunk.
-  const MemoryPlan fixed = PlanMemory(c, layers_, o.positions, 0, 1, threads);
-  const uint64_t held = fixed.kv_cache_bytes + fixed.state_bytes;
+  if (o.sequences < 0 || o.spec_rows < 0) {
+    return Status::Invalid("--max-seqs and --spec must be >= 0");
+  }
+  // Caches, states and records first: they do not depend on the weights or the chunk. With
+  // sequences = 0, one sequence's share decides how many fit once the weights' minimum is known.
+  int64_t seqs = std::max<int64_t>(o.sequences, 1);
+  const MemoryPlan one = PlanMemory(c, layers_, o.positions, 0, 1, threads, 1, o.spec_rows);
+  const uint64_t per_seq = one.kv_cache_bytes + one.state_bytes + one.record_bytes;
+  auto held_for = [&](int64_t n) {
+    const MemoryPlan f = PlanMemory(c, layers_, o.positions, 0, 1, threads, n, o.spec_rows);
+    return f.kv_cache_bytes + f.state_bytes + f.record_bytes;
+  };
+  auto fitting = [&](uint64_t limit, uint64_t weights_min) {
+    const uint64_t fixed1 = weights_min + ScratchBytes(c, 1, o.positions, threads);
+    const uint64_t room = limit > fixed1 ? limit - fixed1 : 0;
+    const uint64_t n = per_seq > 0 ? room / per_seq : uint64_t(kDefaultMaxSeqs);
+    return std::clamp<int64_t>(static_cast<int64_t>(std::min<uint64_t>(n, kDefaultMaxSeqs)), 1,
+                               kDefaultMaxSeqs);
+  };
+  uint64_t held = held_for(seqs);
   uint64_t weights_bytes = 0;
   int64_t chunk = 1;
   if (o.budget.any()) {
@@ -155,14 +176,18 @@ Status Engine::Plan(const PlanOptions& o) {
     // final plan gives the weights what the chunk leaves.
     BudgetRequest req = o.budget;
     req.reserved = held + ScratchBytes(c, 1, o.positions, threads);
-    req.reserved_what = ReservedWhat(fixed, 1);
+    req.reserved_what = ReservedWhat(one, 1);
     K3_ASSIGN_OR_RETURN(StreamingPlan first, PlanStreaming(*prepared_, req, avail));
     const uint64_t limit = first.total > 0 ? first.total : avail;
     const uint64_t weights_min = first.total > 0 ? first.trunk_min + first.cache_min : first.bytes();
+    if (o.sequences == 0) {
+      seqs = fitting(limit, weights_min);
+      held = held_for(seqs);
+    }
     const uint64_t room = limit > weights_min + held ? limit - weights_min - held : 0;
     chunk = ChooseChunk(c, o, room, threads);
     req.reserved = held + ScratchBytes(c, chunk, o.positions, threads);
-    req.reserved_what = ReservedWhat(fixed, chunk);
+    req.reserved_what = ReservedWhat(one, chunk, seqs);
     K3_ASSIGN_OR_RETURN(StreamingPlan sp, PlanStreaming(*prepared_, req, avail));
     streaming_plan_ = std::move(sp);
     weights_bytes = streaming_plan_->bytes();
@@ -180,10 +205,15 @@ Status Engine::Plan(const PlanOptions& o) {
                         RamWeights::Open(env_, prepared_.get(), wopt));
     weights_bytes = ram->PlannedResidentBytes();
     owned_source_ = std::move(ram);
+    if (o.sequences == 0) {
+      seqs = fitting(avail, weights_bytes);
+      held = held_for(seqs);
+    }
     const uint64_t room = avail > weights_bytes + held ? avail - weights_bytes - held : 0;
     chunk = ChooseChunk(c, o, room, threads);
   }
-  plan_ = PlanMemory(c, layers_, o.positions, weights_bytes, chunk, threads);
+  plan_ = PlanMemory(c, layers_, o.positions, weights_bytes, chunk, threads, seqs, o.spec_rows);
+  max_tentative_rows_ = o.spec_rows + 1;
   if (streaming_plan_) plan_.budget = streaming_plan_->total;
   if (streaming_plan_ && events_) {
     events_(EngineEvent{EngineEvent::Kind::kStreamingPlan, streaming_plan_->Describe(), nullptr});
@@ -238,8 +268,13 @@ Result<StepResult> Engine::Step(std::span<StepInput> batch) {
     for (const Segment& s : segments) {
       if (s.state == &in.seq->state_) return Status::Invalid("Step: a sequence given twice");
     }
+    if (in.tentative && static_cast<int64_t>(in.ids.size()) > max_tentative_rows_) {
+      return Status::Invalid("Step: " + std::to_string(in.ids.size()) + " tentative rows; the "
+                             "plan keeps records for " + std::to_string(max_tentative_rows_) +
+                             " (--spec N verifies N + 1 rows)");
+    }
     segments.push_back(Segment{in.ids.data(), static_cast<int64_t>(in.ids.size()),
-                               &in.seq->state_, in.logits});
+                               &in.seq->state_, in.logits, in.tentative});
   }
   StepResult r;
   r.pass = passes_++;
@@ -263,6 +298,7 @@ Result<StepResult> Engine::Step(std::span<StepInput> batch) {
   for (StepInput& in : batch) {
     in.seq->pending_ids_ = in.ids;
     in.seq->pending_ = static_cast<int64_t>(in.ids.size());
+    in.seq->pending_tentative_ = in.tentative;
   }
   if (events_) events_(EngineEvent{EngineEvent::Kind::kPass, "", &r});
   return r;
@@ -310,21 +346,18 @@ Status Engine::Commit(Sequence* seq, int64_t rows) {
     return Status::Invalid("Commit: " + std::to_string(rows) + " rows, the last step appended " +
                            std::to_string(seq->pending_));
   }
-  if (rows < seq->pending_) {
-    const int64_t drop = seq->pending_ - rows;
-    for (int L = 0; L < layers_; ++L) {
-      if (!config_.is_mla(L)) {
-        return Status::Invalid("Commit: discarding rows of a sequence with KDA layers needs the "
-                               "recurrence's per-row records, which this engine does not keep");
-      }
-    }
-    for (int L = 0; L < layers_; ++L) seq->state_.mla[static_cast<size_t>(L)].len -= drop;
-    seq->state_.pos -= drop;
+  if (seq->pending_tentative_) {
+    model_->Keep(&seq->state_, seq->pending_, rows);
+  } else if (rows < seq->pending_) {
+    return Status::Invalid("Commit: " + std::to_string(rows) + " of " +
+                           std::to_string(seq->pending_) + " rows: only rows stepped as "
+                           "tentative can be discarded (they alone keep the KDA records)");
   }
   seq->tokens_.insert(seq->tokens_.end(), seq->pending_ids_.begin(),
                       seq->pending_ids_.begin() + rows);
   seq->pending_ids_.clear();
   seq->pending_ = 0;
+  seq->pending_tentative_ = false;
   return Status::Ok();
 }
 

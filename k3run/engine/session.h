@@ -74,6 +74,7 @@ class Sequence {
   std::vector<int32_t> tokens_;
   std::vector<int32_t> pending_ids_;
   int64_t pending_ = 0;
+  bool pending_tentative_ = false;  // the pending rows were recorded (Commit may drop some)
   Sampler sampler_;
 };
 
@@ -210,6 +211,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   EventSink events_;
   int64_t passes_ = 0;
+  int64_t max_tentative_rows_ = 1;  // spec_rows + 1: the records the plan holds per sequence
 };
 
 // The prepared directory's tokenizer, its files read once: hashed against k3.json (kIntegrity

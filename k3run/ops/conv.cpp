@@ -24,4 +24,16 @@ void ShortConv(const float* x, int64_t T, int64_t C, int64_t K, const float* w, 
   }
 }
 
+void ShortConvPush(const float* x, int64_t T, int64_t C, int64_t K, float* hist) {
+  const int64_t H = K - 1;
+  if (H <= 0) return;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      float* hc = hist + c * H;
+      for (int64_t j = 0; j + 1 < H; ++j) hc[j] = hc[j + 1];
+      hc[H - 1] = x[t * C + c];
+    }
+  }
+}
+
 }  // namespace k3::ops

@@ -13,4 +13,7 @@ namespace k3::ops {
 void ShortConv(const float* x, int64_t T, int64_t C, int64_t K, const float* w, float* hist,
                float* y);
 
+// The history update of ShortConv alone: hist as ShortConv over the same x leaves it.
+void ShortConvPush(const float* x, int64_t T, int64_t C, int64_t K, float* hist);
+
 }  // namespace k3::ops

@@ -38,9 +38,30 @@ void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t 
 void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
                        const float* alpha, float beta, int64_t D, float* o);
 
+// What the recurrence and the conv histories consume, row by row, for rows that may be discarded
+// (speculative drafts, DESIGN.md §11.4). With these, keeping the first r rows is a replay of r
+// recurrence steps on the state, with no weight read: the projections, norms and decay are not
+// recomputed, and each step sees exactly the inputs it saw in the pass, so the state's bits
+// equal those of feeding the r rows without drafts.
+struct KdaRecords {
+  int64_t rows = 0;               // rows recorded by the last KdaLayer call
+  std::vector<float> q, k, v;     // [rows][P]: q normed and scaled, k normed, v after the conv
+  std::vector<float> alpha;       // [rows][P]: the decay
+  std::vector<float> beta;        // [rows][H]
+  std::vector<float> raw_q, raw_k, raw_v;  // [rows][P]: pre-conv inputs (the conv histories)
+
+  // Floats one row's records hold: 7·P + H.
+  static int64_t FloatsPerRow(const Dims& d);
+};
+
 // The whole KDA attention over T rows: x [T][E] (the input-layernormed row a_in),
-// out [T][E]. Updates st (which must be sized for d) in place.
+// out [T][E]. Updates st (which must be sized for d) in place; with `records`, st is left as it
+// was (the rows run on a scratch copy) and the rows' records are written instead.
 void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaState* st,
-              float* out);
+              float* out, KdaRecords* records = nullptr);
+
+// Applies the first `rows` recorded rows to st: the recurrence steps (heads on the compute
+// threads) and the conv histories. The bits equal KdaLayer over those rows without records.
+void KdaReplay(const KdaRecords& records, int64_t rows, const Dims& d, KdaState* st);
 
 }  // namespace k3::ops

@@ -1,4 +1,5 @@
 // The KDA layer, step by step as MODEL.md §3.4 (step numbers in the comments).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -10,8 +11,39 @@
 
 namespace k3::ops {
 
+int64_t KdaRecords::FloatsPerRow(const Dims& d) {
+  return 7 * d.kda_width() + d.kda_heads;
+}
+
+namespace {
+
+// Sizes the records for T rows and keeps the pre-conv inputs (the histories' replay).
+void BeginRecords(const float* q, const float* k, const float* v, int64_t T, const Dims& d,
+                  KdaRecords* r) {
+  const auto n = static_cast<size_t>(T * d.kda_width());
+  r->rows = T;
+  for (auto* b : {&r->q, &r->k, &r->v, &r->alpha, &r->raw_q, &r->raw_k, &r->raw_v}) b->resize(n);
+  r->beta.resize(static_cast<size_t>(T * d.kda_heads));
+  std::copy(q, q + n, r->raw_q.begin());
+  std::copy(k, k + n, r->raw_k.begin());
+  std::copy(v, v + n, r->raw_v.begin());
+}
+
+// One head's recurrence inputs of row t, as the recurrence is about to consume them.
+void RecordHead(KdaRecords* r, int64_t t, int64_t h, int64_t D, int64_t P, const float* q,
+                const float* k, const float* v, const float* alpha, float beta) {
+  const int64_t at = t * P + h * D;
+  std::copy(q, q + D, r->q.begin() + at);
+  std::copy(k, k + D, r->k.begin() + at);
+  std::copy(v, v + D, r->v.begin() + at);
+  std::copy(alpha, alpha + D, r->alpha.begin() + at);
+  r->beta[static_cast<size_t>(t * (P / D) + h)] = beta;
+}
+
+}  // namespace
+
 void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaState* st,
-              float* out) {
+              float* out, KdaRecords* records) {
   if (T <= 0) return;
   const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D, K = d.conv_k;
   auto buf = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
@@ -26,6 +58,15 @@ void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, Kda
   kernels::MatMul(w.f_a_proj, x, T, fa.data());
   kernels::MatMul(w.f_b_proj, fa.data(), T, z.data());
   kernels::MatMul(w.g_proj, x, T, gate.data());
+
+  // Rows that may be discarded run on a scratch copy of the state (one per thread, reused), so
+  // the live state is untouched until Commit replays the rows it keeps.
+  if (records != nullptr) {
+    BeginRecords(q.data(), k.data(), v.data(), T, d, records);
+    thread_local KdaState scratch;
+    scratch = *st;
+    st = &scratch;
+  }
 
   // 2. short causal conv with SiLU, each stream with its own taps and carried history
   ShortConv(q.data(), T, P, K, w.q_conv.data(), st->hist_q.data(), q.data());
@@ -49,6 +90,10 @@ void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, Kda
       KdaDecay(z.data() + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D,
                d.gate_lb, g.data() + c0, alpha.data() + c0);
       const float beta = Sigmoid(b[static_cast<size_t>(t * H + h)]);  // 4. β per head
+      if (records != nullptr) {
+        RecordHead(records, t, h, D, P, qt + c0, kt + c0, v.data() + t * P + c0,
+                   alpha.data() + c0, beta);
+      }
       // 6. recurrence, sequential over t
       float* oh = o.data() + t * P + c0;
       KdaRecurrenceStep(st->S.data() + h * D * D, qt + c0, kt + c0, v.data() + t * P + c0,
@@ -61,6 +106,24 @@ void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, Kda
   }
   // 9. output projection
   kernels::MatMul(w.o_proj, o.data(), T, out);
+}
+
+void KdaReplay(const KdaRecords& r, int64_t rows, const Dims& d, KdaState* st) {
+  if (rows <= 0) return;
+  const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D, K = d.conv_k;
+  ShortConvPush(r.raw_q.data(), rows, P, K, st->hist_q.data());
+  ShortConvPush(r.raw_k.data(), rows, P, K, st->hist_k.data());
+  ShortConvPush(r.raw_v.data(), rows, P, K, st->hist_v.data());
+  // Per head, the rows in order: the same steps on the same inputs as the pass made.
+  kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
+    std::vector<float> o(static_cast<size_t>(D));
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t at = t * P + h * D;
+      KdaRecurrenceStep(st->S.data() + h * D * D, r.q.data() + at, r.k.data() + at,
+                        r.v.data() + at, r.alpha.data() + at, r.beta[static_cast<size_t>(t * H + h)],
+                        D, o.data());
+    }
+  });
 }
 
 }  // namespace k3::ops

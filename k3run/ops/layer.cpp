@@ -98,7 +98,7 @@ Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64
   const float* a = s->a.data() + first * d.hidden;
   float* att = s->out.data() + first * d.hidden;
   if (w.is_mla) return MlaLayer(w.mla, d, a, n, state.mla, att);
-  KdaLayer(w.kda, d, a, n, state.kda, att);
+  KdaLayer(w.kda, d, a, n, state.kda, att, state.records);
   return Status::Ok();
 }
 

@@ -34,6 +34,7 @@ struct BlockStack {
 struct LayerState {
   KdaState* kda = nullptr;
   MlaCache* mla = nullptr;
+  KdaRecords* records = nullptr;  // KDA rows that may be discarded: recorded, kda untouched
 };
 
 // A decoder layer in four phases, so that a caller can run the attention of several sequences

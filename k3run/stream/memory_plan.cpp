@@ -43,29 +43,45 @@ int64_t LargestChunk(const ModelConfig& c, uint64_t room, int64_t positions, int
 }
 
 MemoryPlan PlanMemory(const ModelConfig& c, int layers, int64_t positions,
-                      uint64_t weights_bytes, int64_t chunk, int threads) {
+                      uint64_t weights_bytes, int64_t chunk, int threads, int64_t sequences,
+                      int64_t spec_rows) {
   MemoryPlan p;
   p.positions = positions;
   p.chunk = std::max<int64_t>(chunk, 1);
+  p.sequences = std::max<int64_t>(sequences, 1);
+  p.spec_rows = std::max<int64_t>(spec_rows, 0);
   p.weights_bytes = weights_bytes;
   p.scratch_bytes = ScratchBytes(c, p.chunk, positions, threads);
   const uint64_t kv_row = uint64_t(c.kv_lora + c.qk_rope) * 4;  // the latent cache (ops/mla.h)
   const uint64_t P = uint64_t(c.kda_heads) * uint64_t(c.kda_head_dim);
   const uint64_t kda = (P * uint64_t(c.kda_head_dim) + 3 * P * uint64_t(c.conv_k - 1)) * 4;
+  // ops::KdaRecords::FloatsPerRow: q, k, v, α and the three raw conv inputs, and β per head.
+  const uint64_t record_row = (7 * P + uint64_t(c.kda_heads)) * 4;
+  const auto n = uint64_t(p.sequences);
+  uint64_t kda_layers = 0;
   for (int L = 0; L < layers; ++L) {
     if (c.is_mla(L)) {
-      p.kv_cache_bytes += kv_row * uint64_t(positions);
+      p.kv_cache_bytes += n * kv_row * uint64_t(positions);
     } else {
-      p.state_bytes += kda;
+      p.state_bytes += n * kda;
+      ++kda_layers;
     }
+  }
+  if (p.spec_rows > 0 && kda_layers > 0) {
+    p.record_bytes = n * kda_layers * uint64_t(p.spec_rows + 1) * record_row + kda;
   }
   return p;
 }
 
 std::string MemoryPlan::Describe() const {
+  const std::string seqs = sequences > 1 ? " (" + std::to_string(sequences) + " sequences)" : "";
   return "weights held " + FormatGb(weights_bytes) + " + latent caches " +
          FormatGb(kv_cache_bytes) + " for " + std::to_string(positions) +
-         " positions + KDA states " + FormatGb(state_bytes) + " + scratch " +
+         " positions" + seqs + " + KDA states " + FormatGb(state_bytes) +
+         (record_bytes > 0 ? " + speculation records " + FormatGb(record_bytes) + " for " +
+                                 std::to_string(spec_rows + 1) + "-row drafts"
+                           : std::string()) +
+         " + scratch " +
          FormatGb(scratch_bytes) + " for passes of up to " + std::to_string(chunk) +
          " rows = " + FormatGb(total()) +
          (budget > 0 ? " of a " + FormatGb(budget) + " budget" : std::string());

@@ -18,12 +18,18 @@ inline constexpr int64_t kMaxPositions = int64_t{1} << 20;
 struct MemoryPlan {
   int64_t positions = 0;        // per sequence: the positions its latent caches hold (--ctx)
   int64_t chunk = 1;            // the most rows one pass feeds (--chunk; sizes the scratch)
-  uint64_t kv_cache_bytes = 0;  // Σ MLA layers: positions × (kv_lora + qk_rope) × 4 (latent)
-  uint64_t state_bytes = 0;     // Σ KDA layers: (H·D·D + 3·P·(K−1)) × 4
+  int64_t sequences = 1;        // sequences held at once (--max-seqs): caches and states each
+  int64_t spec_rows = 0;        // draft rows a pass may verify per sequence (--spec)
+  uint64_t kv_cache_bytes = 0;  // sequences × Σ MLA layers: positions × (kv_lora + qk_rope) × 4
+  uint64_t state_bytes = 0;     // sequences × Σ KDA layers: (H·D·D + 3·P·(K−1)) × 4
+  uint64_t record_bytes = 0;    // speculation: per sequence and KDA layer, (spec_rows + 1) rows of
+                                // ops::KdaRecords, + one scratch copy of a KDA state
   uint64_t scratch_bytes = 0;   // activations of the largest pass (ScratchBytes)
   uint64_t weights_bytes = 0;   // what the weight source holds (WeightSource::PlannedResidentBytes)
   uint64_t budget = 0;          // the TOTAL budget it was fitted into; 0: none (MemAvailable only)
-  uint64_t total() const { return kv_cache_bytes + state_bytes + scratch_bytes + weights_bytes; }
+  uint64_t total() const {
+    return kv_cache_bytes + state_bytes + record_bytes + scratch_bytes + weights_bytes;
+  }
   // "weights held …, latent caches … for N positions, KDA states …, scratch … for chunks of R
   // rows = total …", as the CLI prints it.
   std::string Describe() const;
@@ -32,7 +38,8 @@ struct MemoryPlan {
 // For the first `layers` layers of `c`; `chunk` is the most rows one pass feeds, `threads` the
 // compute threads (each has its own MLA score buffer).
 MemoryPlan PlanMemory(const ModelConfig& c, int layers, int64_t positions, uint64_t weights_bytes,
-                      int64_t chunk = 1, int threads = 1);
+                      int64_t chunk = 1, int threads = 1, int64_t sequences = 1,
+                      int64_t spec_rows = 0);
 
 // An upper bound of the fp32 activations a pass of T rows allocates at once: the residual
 // stream and attention-residual snapshots, the MLA projections (q, q̃, ō), one score buffer of

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,54 @@ TEST(BatchCli, SampledLinesRepeatWithTheirOwnSeed) {
   EXPECT_NE(out[0]["generated_ids"], out[1]["generated_ids"]);
 }
 
+// The single run's stop rules on every line: end tokens, --stop strings across token
+// boundaries (cut from the text) and --stop-id; each line stops where its own single run does.
+TEST(BatchCli, StopRulesStopEachLineWhereItsSingleRunStops) {
+  test::TempDir tmp;
+  const std::vector<std::vector<std::string>> singles = {
+      {"--prompt", "1 2 3"}, {"--ids", "3,7,11,5,9,300,1000,42"}, {"--ids", "17"},
+      {"--prompt", "The quick brown fox"}};
+  const std::string file =
+      "{\"prompt\": \"1 2 3\"}\n{\"ids\": [3, 7, 11, 5, 9, 300, 1000, 42]}\n"
+      "{\"ids\": [17]}\n{\"prompt\": \"The quick brown fox\"}\n";
+  const std::string input = tmp.WriteFile("in.jsonl", file);
+  // A stop string from the middle of line 1's text and a stop id from line 2's ids.
+  std::vector<std::string> a1 = singles[1];
+  a1.insert(a1.end(), {"--gen", "40", "--ignore-eos"});
+  const std::string t1 = RunSingle(tmp, a1, "t1").text;
+  ASSERT_GT(t1.size(), 8u);
+  size_t k = t1.size() / 2;
+  while (k + 2 < t1.size() && (t1[k] == '\0' || t1[k + 1] == '\0')) ++k;
+  const std::string stop = t1.substr(k, 2);
+  std::vector<std::string> a2 = singles[2];
+  a2.insert(a2.end(), {"--gen", "40", "--ignore-eos"});
+  const json ids2 = RunSingle(tmp, a2, "t2").report["generated_ids"];
+  ASSERT_GT(ids2.size(), 6u);
+  const std::string stop_id = std::to_string(ids2[5].get<int64_t>());
+  const std::vector<std::string> flags = {"--gen", "40", "--stop", stop, "--stop-id", stop_id};
+
+  std::vector<std::string> args = {TinyPreparedDir(), "--batch", input, "--max-seqs", "3",
+                                   "--no-floor"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const CliRun r = RunCliArgs(args);
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const std::vector<json> out = OutputLines(r);
+  ASSERT_EQ(out.size(), singles.size());
+  std::set<std::string> reasons;
+  for (size_t i = 0; i < singles.size(); ++i) {
+    std::vector<std::string> single = singles[i];
+    single.insert(single.end(), flags.begin(), flags.end());
+    const Single s = RunSingle(tmp, single, "s" + std::to_string(i));
+    EXPECT_EQ(out[i]["generated_ids"], s.report["generated_ids"]) << "line " << i;
+    EXPECT_EQ(out[i]["stop_reason"], s.report["stop_reason"]) << "line " << i;
+    EXPECT_EQ(out[i]["text"], AsJsonText(s.text)) << "line " << i;
+    reasons.insert(out[i]["stop_reason"].get<std::string>());
+  }
+  // The rules were exercised: line 1 stops at the string, line 2 at the id (or earlier).
+  EXPECT_EQ(out[1]["stop_reason"], "stop-string");
+  EXPECT_TRUE(reasons.count("stop-id") + reasons.count("end-token") > 0);
+}
+
 TEST(BatchCli, MalformedLinesExitTwoNamingFileAndLine) {
   test::TempDir tmp;
   const std::vector<std::pair<std::string, std::string>> bad = {
@@ -183,7 +232,7 @@ TEST(BatchCli, BatchIsExclusiveWithPromptModesAndState) {
   const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [1]}\n");
   const std::vector<std::vector<std::string>> others = {
       {"--ids", "1"}, {"--prompt", "x"}, {"--chat"}, {"--recompute"},
-      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")}};
+      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")}, {"--spec", "2"}};
   for (const std::vector<std::string>& other : others) {
     std::vector<std::string> args = {TinyPreparedDir(), "--batch", input};
     args.insert(args.end(), other.begin(), other.end());
@@ -195,6 +244,20 @@ TEST(BatchCli, BatchIsExclusiveWithPromptModesAndState) {
   const CliRun r = RunCliArgs({TinyPreparedDir(), "--ids", "1", "--max-seqs", "2"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.stderr_text.find("--max-seqs needs --batch"), std::string::npos) << r.stderr_text;
+}
+
+// An expert that fails its hash: every line is still written, then RUN INVALID (exit 4).
+TEST(BatchCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
+  test::TempDir tmp;
+  const std::string dir = CopyTinyWithCorruptExperts(tmp.Join("prep"), 1);
+  const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [3, 7, 11]}\n{\"ids\": [5]}\n");
+  const CliRun r = RunCliArgs({dir, "--batch", input, "--gen", "3", "--verify-reads", "--no-floor"});
+  EXPECT_EQ(r.exit_code, 4) << r.stderr_text;
+  EXPECT_NE(r.stderr_text.find("RUN INVALID"), std::string::npos) << r.stderr_text;
+  const std::vector<json> out = OutputLines(r);
+  ASSERT_EQ(out.size(), 2u) << r.stdout_text();
+  EXPECT_EQ(out[0]["index"], 0);
+  EXPECT_EQ(out[1]["index"], 1);
 }
 
 // The report's totals add up to its sequences and to the output lines; stdin works as FILE.

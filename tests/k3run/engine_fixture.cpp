@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 
+#include "formats/experts_index.h"
 #include "k3run/engine/generate.h"
 #include "tests/support/synth_fixture.h"
 
@@ -23,6 +26,29 @@ const std::string& TinyCheckpointDir() {
 }
 const std::string& TinyPreparedDir() { return test::SynthFixture(SeedZeroCopy("tiny")).prepared; }
 const std::string& SmallPreparedDir() { return test::SynthFixture(SeedZeroCopy("small")).prepared; }
+
+std::string CopyTinyWithCorruptExperts(const std::string& dst, int layer) {
+  std::filesystem::copy(TinyPreparedDir(), dst, std::filesystem::copy_options::recursive);
+  Result<std::string> bytes = ReadFileToString(Env::Default(), dst + "/experts.idx");
+  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+  Result<prepared::ExpertsIndex> idx =
+      prepared::DecodeExpertsIndex(bytes.ok() ? *bytes : std::string(), "experts.idx");
+  EXPECT_TRUE(idx.ok()) << idx.status().ToString();
+  if (!idx.ok()) return dst;
+  for (uint32_t e = 0; e < idx->n_experts; ++e) {
+    const prepared::ExpertRecord& rec = idx->At(static_cast<uint32_t>(layer), e);
+    std::fstream f(dst + "/" + idx->files[rec.file_id],
+                   std::ios::in | std::ios::out | std::ios::binary);
+    EXPECT_TRUE(f.good());
+    f.seekg(static_cast<std::streamoff>(rec.offset + 10));
+    char ch = 0;
+    f.read(&ch, 1);
+    ch = static_cast<char>(ch ^ 0x5A);
+    f.seekp(static_cast<std::streamoff>(rec.offset + 10));
+    f.write(&ch, 1);
+  }
+  return dst;
+}
 
 std::unique_ptr<Engine> OpenEngine(const std::string& dir, Env* env, RamWeightsOptions options) {
   auto e = std::make_unique<Engine>();

@@ -55,6 +55,11 @@ CliRun RunCliArgs(const std::vector<std::string>& args, CliIo io = {});
 // A CliIo whose stdin gives `lines`, one per read, then end of input (chat tests).
 CliIo Stdin(std::vector<std::string> lines);
 
+// Copies the tiny prepared directory to `dst` and flips one byte of every expert of `layer`,
+// so whichever experts routing picks there fail their XXH3-64 under --verify-reads
+// (PlanOptions::verify_reads): RUN INVALID. Returns `dst`.
+std::string CopyTinyWithCorruptExperts(const std::string& dst, int layer);
+
 // A prompt that exercises the tiny model (ids < 1280).
 inline const std::vector<int32_t> kPrompt = {3, 7, 11, 5, 9, 300, 1000, 42};
 inline const std::string kPromptText = "3,7,11,5,9,300,1000,42";

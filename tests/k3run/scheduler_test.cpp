@@ -18,6 +18,7 @@
 #include "k3run/engine/generate.h"
 #include "k3run/engine/session.h"
 #include "tests/support/fault_env.h"
+#include "tests/support/temp_dir.h"
 
 namespace k3::run {
 namespace {
@@ -556,6 +557,33 @@ TEST(Scheduler, FailingPassEndsItsRequestsWithKErrorAndTheSchedulerGoesOn) {
   EXPECT_TRUE(sched.Idle());
   EXPECT_EQ(sched.Stats().finished, 3);
   EXPECT_EQ(sched.Stats().passes, 0);  // failed passes are not counted
+}
+
+// Rows routed to an expert that fails its hash make the sequence invalid: its request ends with
+// kError and kUnreliable ("RUN INVALID"), with no token chosen from those logits.
+TEST(Scheduler, ExpertReadFailureEndsItsRequestRunInvalid) {
+  test::TempDir tmp;
+  const std::string dir = testing::CopyTinyWithCorruptExperts(tmp.Join("prep"), 1);
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(Env::Default(), dir);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Engine> e = std::move(opened).value();
+  PlanOptions po;
+  po.positions = 16;
+  po.pass_rows = 16;
+  po.verify_reads = true;
+  ASSERT_TRUE(e->Plan(po).ok());
+  ASSERT_TRUE(e->LoadWeights().ok());
+  const int64_t V = e->config().vocab;
+  Scheduler sched(e.get(), SchedulerOptions{});
+  Outcome out;
+  ASSERT_TRUE(sched.Submit(MakeRequest(Spec{Prompt(5, 8, V), 3, {}, {}, 0}, &out, V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_GT(e->experts_skipped(), 0);
+  EXPECT_EQ(out.done_calls, 1);
+  EXPECT_EQ(out.result.reason, FinishReason::kError);
+  EXPECT_EQ(out.result.status.code(), Code::kUnreliable) << out.result.status.ToString();
+  EXPECT_NE(out.result.status.message().find("RUN INVALID"), std::string::npos);
+  EXPECT_TRUE(out.run.ids.empty());
 }
 
 // Seeded sampled requests draw the same tokens alone and beside any other requests, in any

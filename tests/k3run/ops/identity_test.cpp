@@ -64,6 +64,46 @@ TEST(Identity, KdaLayerTRowsEqualSingleSteps) {
   EXPECT_TRUE(SameBits("kda v history", batch.hist_v, step.hist_v));
 }
 
+// Speculation's rollback (DESIGN.md §11.4): rows run with records leave the state untouched and
+// give the outputs of a plain run; replaying the first r of them gives the state of feeding
+// just those r rows, for every r from 0 (drop all) to T (keep all).
+TEST(Identity, KdaRecordsReplayKeepsExactlyTheFirstRows) {
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const LayerWeights w = m.Layer(false, false);
+  const std::vector<float> warm = m.Activations(3 * d.hidden);
+  const std::vector<float> x = m.Activations(kT * d.hidden);
+  KdaState start = KdaState::Zero(d);
+  std::vector<float> ignored(warm.size());
+  KdaLayer(w.kda, d, warm.data(), 3, &start, ignored.data());  // a state that is not zero
+
+  KdaState plain = start;
+  std::vector<float> y_plain(x.size()), y_rec(x.size());
+  KdaLayer(w.kda, d, x.data(), kT, &plain, y_plain.data());
+  KdaState live = start;
+  KdaRecords records;
+  KdaLayer(w.kda, d, x.data(), kT, &live, y_rec.data(), &records);
+  EXPECT_TRUE(SameBits("outputs with records", y_rec, y_plain));
+  EXPECT_TRUE(SameBits("state untouched", live.S, start.S));
+  EXPECT_TRUE(SameBits("history untouched", live.hist_k, start.hist_k));
+  ASSERT_EQ(records.rows, kT);
+  for (int64_t keep = 0; keep <= kT; ++keep) {
+    KdaState replayed = start, fed = start;
+    KdaReplay(records, keep, d, &replayed);
+    std::vector<float> y(static_cast<size_t>(std::max<int64_t>(keep, 1) * d.hidden));
+    if (keep > 0) KdaLayer(w.kda, d, x.data(), keep, &fed, y.data());
+    const std::string at = " keeping " + std::to_string(keep);
+    EXPECT_TRUE(SameBits("S" + at, replayed.S, fed.S));
+    EXPECT_TRUE(SameBits("q history" + at, replayed.hist_q, fed.hist_q));
+    EXPECT_TRUE(SameBits("k history" + at, replayed.hist_k, fed.hist_k));
+    EXPECT_TRUE(SameBits("v history" + at, replayed.hist_v, fed.hist_v));
+  }
+  // A state that moved is visible: replaying every row differs from the start.
+  KdaState all = start;
+  KdaReplay(records, kT, d, &all);
+  EXPECT_FALSE(SameBits("S after all rows", all.S, start.S));
+}
+
 TEST(Identity, MlaTRowsEqualSingleStepsAndPrefillThenDecode) {
   const Dims d = RandomDims();
   RandomModel m(d);

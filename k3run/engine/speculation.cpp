@@ -1,0 +1,97 @@
+#include "k3run/engine/speculation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "k3run/engine/session.h"
+
+namespace k3::run {
+
+std::vector<int32_t> PromptLookupDraft(std::span<const int32_t> tokens, int64_t max_draft) {
+  const auto L = static_cast<int64_t>(tokens.size());
+  if (max_draft <= 0) return {};
+  for (int64_t n = std::min<int64_t>(kMaxNgram, L - 1); n >= kMinNgram; --n) {
+    const std::span<const int32_t> suffix = tokens.subspan(static_cast<size_t>(L - n));
+    // The most recent earlier occurrence: start positions from L − n − 1 down to 0.
+    for (int64_t at = L - n - 1; at >= 0; --at) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + at)) continue;
+      const int64_t from = at + n;  // what followed it (may run into the suffix itself)
+      const int64_t len = std::min(max_draft, L - from);
+      return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + from + len);
+    }
+  }
+  return {};
+}
+
+double PassCost::DistinctExperts(int64_t rows) const {
+  const double n = static_cast<double>(std::max<int64_t>(experts, 1));
+  const double keep = 1.0 - static_cast<double>(std::min(topk, experts)) / n;
+  return n * (1.0 - std::pow(keep, static_cast<double>(std::max<int64_t>(rows, 1))));
+}
+
+double PassCost::Bytes(int64_t rows) const {
+  return trunk_bytes + expert_bytes * DistinctExperts(rows);
+}
+
+PassCost PassCost::FromEngine(const Engine& engine) {
+  PassCost c;
+  const ModelConfig& m = engine.config();
+  c.experts = std::max(m.n_experts, 1);
+  c.topk = std::max(m.topk, 1);
+  const prepared::PreparedDir& p = engine.prepared();
+  // The trunk a pass reads: every run not pinned (streaming) or every run (from RAM).
+  std::vector<int> pinned;
+  if (engine.streaming_plan()) pinned = engine.streaming_plan()->pinned;
+  for (const prepared::TrunkRun& r : p.manifest.runs) {
+    if (r.layer >= engine.layers()) continue;
+    if (std::find(pinned.begin(), pinned.end(), r.layer) != pinned.end()) continue;
+    c.trunk_bytes += static_cast<double>(r.length);
+  }
+  const auto& x = p.experts;
+  double record = 0;
+  if (!x.records.empty()) record = static_cast<double>(x.records.front().length);
+  const int moe_layers = std::max(0, engine.layers() - m.first_dense);
+  c.expert_bytes = record * moe_layers;
+  return c;
+}
+
+DraftPolicy::DraftPolicy(int64_t max_draft, PassCost cost, bool adaptive)
+    : max_draft_(std::max<int64_t>(max_draft, 0)), cost_(cost), adaptive_(adaptive) {}
+
+double DraftPolicy::acceptance() const { return accepted_ / (accepted_ + rejected_); }
+
+int64_t DraftPolicy::Length() {
+  if (max_draft_ == 0 || !adaptive_) return max_draft_;
+  const double p = std::min(acceptance(), 0.999);
+  int64_t best = 0;
+  double best_rate = 1.0 / cost_.Bytes(1);
+  double tokens = 1.0, term = 1.0;  // expected tokens of a draft of d: Σ_{i ≤ d} p^i
+  for (int64_t d = 1; d <= max_draft_; ++d) {
+    term *= p;
+    tokens += term;
+    const double rate = tokens / cost_.Bytes(d + 1);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = d;
+    }
+  }
+  if (best > 0) {
+    since_probe_ = 0;
+    return best;
+  }
+  if (++since_probe_ >= kProbeEvery) {
+    since_probe_ = 0;
+    return 1;
+  }
+  return 0;
+}
+
+void DraftPolicy::Record(int64_t drafted, int64_t accepted) {
+  if (drafted <= 0) return;
+  // Decayed counts: the rate follows the text as it changes (a half-life of ~7 verifications).
+  constexpr double kDecay = 0.9;
+  accepted_ = accepted_ * kDecay + static_cast<double>(accepted);
+  rejected_ = rejected_ * kDecay + (accepted < drafted ? 1.0 : 0.0);
+}
+
+}  // namespace k3::run

@@ -1,0 +1,75 @@
+// Exact speculative decoding by prompt lookup (DESIGN.md §11.4, `--spec N`).
+//
+// Drafts come from the sequence's own tokens: the longest suffix of what it holds that occurred
+// before (kMaxNgram down to kMinNgram tokens), at its most recent earlier occurrence; the tokens
+// that followed it there are the draft. One pass verifies the last token and the draft (N + 1
+// rows, stepped as tentative); the draft's longest prefix that greedy decoding would have chosen
+// is kept, plus greedy's own token after it, and Commit drops the rest without another pass
+// over the weights. Row i's logits are bit-identical to a one-row pass at that position
+// (DESIGN.md §11.2a), so the ids and logits equal plain greedy decoding's.
+//
+// How long a draft: a pass of r rows costs about the trunk's bytes plus one expert read per
+// distinct expert its rows pick (r rows pick n·(1 − (1 − k/n)^r) distinct experts of n per layer
+// on average when k are picked per row; at the bench preset's 16 of 256 a 5-row pass touches ~77
+// against 16). With acceptance rate p per drafted token, a draft of d yields (1 − p^(d+1))/(1 − p)
+// tokens; DraftPolicy picks the d ≤ N with the most tokens per byte, from the running acceptance
+// rate. When that is 0 it still drafts one token every kProbeEvery passes, so the rate can
+// recover when the text turns repetitive.
+// Thread safety: none (one per sequence).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace k3::run {
+
+class Engine;
+
+inline constexpr int kMinNgram = 2;    // a shorter match is too weak a hint
+inline constexpr int kMaxNgram = 8;
+inline constexpr int kProbeEvery = 16;
+inline constexpr int64_t kMaxSpec = 16;  // --spec's upper bound
+
+// Up to max_draft tokens that followed the most recent earlier occurrence of the longest suffix
+// of `tokens` (kMinNgram..kMaxNgram long); empty when no suffix recurs.
+std::vector<int32_t> PromptLookupDraft(std::span<const int32_t> tokens, int64_t max_draft);
+
+// The byte cost of a pass by its rows, from the plan: what the trunk costs each pass (streamed
+// from disk, or read from RAM when resident) and what one expert costs per MoE layer.
+struct PassCost {
+  double trunk_bytes = 0;       // per pass, whatever its rows
+  double expert_bytes = 0;      // one expert record, times the MoE layers
+  int64_t experts = 1;          // routed experts per layer (n)
+  int64_t topk = 1;             // picked per row (k)
+  double DistinctExperts(int64_t rows) const;  // expected, per layer
+  double Bytes(int64_t rows) const;
+  static PassCost FromEngine(const Engine& engine);
+};
+
+class DraftPolicy {
+ public:
+  // `adaptive` false: always max_draft (`--spec-fixed`, to measure what drafts cost when forced).
+  DraftPolicy(int64_t max_draft, PassCost cost, bool adaptive = true);
+  // The draft length to try next (0..max_draft).
+  int64_t Length();
+  // After a verifying pass: `drafted` tokens proposed, the first `accepted` kept.
+  void Record(int64_t drafted, int64_t accepted);
+  double acceptance() const;  // the running estimate
+
+ private:
+  int64_t max_draft_;
+  PassCost cost_;
+  bool adaptive_;
+  double accepted_ = 1, rejected_ = 1;  // decayed counts, a weak prior of p = 0.5
+  int64_t since_probe_ = 0;
+};
+
+// Per-run totals for the report.
+struct SpecStats {
+  int64_t passes = 0;    // decode passes (one per verification, or plain)
+  int64_t drafted = 0;   // draft tokens verified
+  int64_t accepted = 0;  // of which kept
+};
+
+}  // namespace k3::run

@@ -712,6 +712,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
                       : !o.save_state.empty() || !o.load_state.empty() ? "--save-state/--load-state"
                       : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
                       : o.recompute                ? "--recompute"
+                      : o.spec > 0                 ? "--spec (not yet in the scheduler)"
                                                    : nullptr;
   if (other) {
     return Status::Invalid(std::string("--serve cannot be used with ") + other +

@@ -7,12 +7,12 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libcli11-dev libxxhash-dev libssl-dev libcurl4-openssl-dev liburing-dev
-  nlohmann-json3-dev libpcre2-dev
+  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-xxhash
 )
-# nodejs/npm (tokenizer parity test): a machine may already carry a nodejs build that bundles
+# nodejs/npm (tokenizer parity test, the openai client test of the server): a machine may already carry a nodejs build that bundles
 # npm; Debian's npm package conflicts with it, so ask for them only when absent.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
@@ -46,9 +46,33 @@ install_tokenizer_parity_npm() {
   return 0
 }
 
+# The official openai npm client, a real client of `k3run --serve` in its test
+# (tests/k3run/server/package.json pins it; it has no dependencies of its own).
+install_server_client_npm() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/k3run/server"
+  if [ -f "$dir/node_modules/openai/package.json" ]; then
+    echo "setup: npm openai already installed in $dir/node_modules"
+    return 0
+  fi
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: WARNING: npm not found; the server's openai client test will be SKIPPED" >&2
+    return 0
+  fi
+  echo "setup: npm install (openai, pinned in $dir/package.json) into $dir/node_modules"
+  if (cd "$dir" && timeout 300 npm install --no-audit --no-fund --loglevel=error); then
+    echo "setup: installed npm openai for the server's client test"
+  else
+    echo "setup: WARNING: npm install failed (registry unreachable?); the server's openai" \
+         "client test will be SKIPPED until scripts/setup.sh is rerun with network access" >&2
+  fi
+  return 0
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
   install_tokenizer_parity_npm
+  install_server_client_npm
   exit 0
 fi
 
@@ -67,3 +91,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: installed ${missing[*]}"
 install_tokenizer_parity_npm
+install_server_client_npm

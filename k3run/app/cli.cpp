@@ -304,6 +304,7 @@ PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
   po.spec_rows = o.spec;
   po.progress = lines ? o.output.progress : ProgressMode::kNone;
   po.mem_available = io.mem_available;
+  if (o.serve.serve) po.sequences = o.max_seqs.value_or(0);  // 0: as many as the plan fits
   return po;
 }
 
@@ -720,6 +721,40 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   return RunBatch(engine.get(), o, inputs, ctx);
 }
 
+// --serve: plan as a chat does (the largest default context that fits, or --ctx) for
+// --max-seqs sequences; the server loads the weights behind /health (k3run/app/server.h).
+Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, bool lines) {
+  const char* other = !o.ids.empty() || o.prompt || o.prompt_file ? "a prompt (--ids, --prompt, "
+                                                                    "--prompt-file)"
+                      : o.chat                   ? "--chat"
+                      : o.batch                  ? "--batch"
+                      : !o.out.empty()           ? "--out"
+                      : !o.dump_logits.empty()   ? "--dump-logits"
+                      : !o.save_state.empty() || !o.load_state.empty() ? "--save-state/--load-state"
+                      : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
+                      : o.recompute                ? "--recompute"
+                      : o.spec > 0                 ? "--spec (not yet in the scheduler)"
+                                                   : nullptr;
+  if (other) {
+    return Status::Invalid(std::string("--serve cannot be used with ") + other +
+                           ": requests bring their prompts and options (docs/SERVER.md)");
+  }
+  K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
+  Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
+  if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
+  std::unique_ptr<Engine> engine = std::move(opened).value();
+  RunOptions as_chat = o;  // the chat's context rule, with room for at least one token
+  as_chat.chat = true;
+  as_chat.gen = 1;
+  K3_RETURN_IF_ERROR(PlanRun(engine.get(), as_chat, io, 0, 0, lines));
+  if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
+  if (lines) LogPlan(*engine, isa, /*chat=*/true);
+  std::string name = o.prepared;
+  while (name.size() > 1 && name.back() == '/') name.pop_back();
+  name = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
+  return RunServer(engine.get(), o.serve, name, engine->memory_plan().sequences);
+}
+
 }  // namespace
 
 // parse → open the engine → plan → probes → weights → run the prompt or chat → report.
@@ -731,8 +766,9 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   const bool lines = !o.output.quiet && o.output.progress != ProgressMode::kNone;
 
   K3_ASSIGN_OR_RETURN(kernels::Isa isa, SetUpKernels(o));
+  if (o.serve.serve) return Serve(o, io, env, isa, lines);
   if (o.batch) return RunBatchMode(o, io, env, isa, out, lines);
-  if (o.max_seqs) return Status::Invalid("--max-seqs needs --batch");
+  if (o.max_seqs) return Status::Invalid("--max-seqs needs --batch or --serve");
   K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, io, o));
   K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
   Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
@@ -987,6 +1023,24 @@ void AddMemoryFlags(CLI::App* app, RunOptions* o) {
 
 }  // namespace
 
+void AddServeFlags(CLI::App* app, ServeOptions* o) {
+  app->add_flag("--serve", o->serve,
+                "serve an OpenAI-compatible HTTP API instead of running a prompt (docs/SERVER.md)");
+  app->add_option("--host", o->host, "--serve: the address to listen on")->capture_default_str();
+  app->add_option("--port", o->port, "--serve: the port (0: any free port, printed)")
+      ->check(InRange(0, 65535))
+      ->capture_default_str();
+  app->add_option("--queue", o->queue,
+                  "--serve: requests that may wait for a free sequence; past it: 429")
+      ->check(InRange(0, 4096))
+      ->capture_default_str();
+  app->add_option("--api-key-file", o->api_key_file,
+                  "--serve: require 'Authorization: Bearer KEY' with the key in this file");
+  app->add_option("--prompt-cache-gb", o->prompt_cache_gb,
+                  "--serve: memory for snapshots at the ends of recent prompts (0: off)")
+      ->check(InRange(0.0, kMaxBudgetGb));
+}
+
 void AddRunFlags(CLI::App* app, RunOptions* o) {
   AddPromptFlags(app, o);
   AddSamplingFlags(app, o);
@@ -995,6 +1049,7 @@ void AddRunFlags(CLI::App* app, RunOptions* o) {
   AddMemoryFlags(app, o);
   AddBatchFlags(app, o);
   AddOutputFlags(app, &o->output);
+  AddServeFlags(app, &o->serve);
 }
 
 int K3runMain(int argc, char** argv, const CliIo& io) {

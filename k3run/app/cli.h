@@ -12,6 +12,8 @@
 //         [--prefetch-experts N] [--ctx N] [--chunk N] [--save-state PATH] [--load-state PATH]
 //   k3run PREPARED --batch FILE [--max-seqs N] [generation, sampling, memory and output flags]
 //         (k3run/app/batch.h)
+//   k3run PREPARED --serve [--host H] [--port P] [--max-seqs N] [--queue N] [--api-key-file F]
+//         [--prompt-cache-gb G] [--ctx N] [memory flags]   (k3run/app/server.h, docs/SERVER.md)
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, k3run/stream/streaming_plan.h) and the plan refuses below its minimum (exit 2).
@@ -42,6 +44,7 @@
 #include "common/cli_common.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "k3run/app/server.h"
 #include "k3run/engine/sampler.h"
 #include "k3run/stream/streaming_weights.h"
 
@@ -92,6 +95,7 @@ struct RunOptions {
   double probe_seconds = 0.15;    // --probe-seconds
   int prefetch_experts = kDefaultPrefetchExperts;  // --prefetch-experts (0: off)
   OutputOptions output;
+  ServeOptions serve;             // --serve and its flags
 };
 
 // What the CLI touches outside itself, so tests can capture and fake it.
@@ -118,6 +122,9 @@ Status RunK3run(const RunOptions& o, const CliIo& io);
 
 // Registers the flags on `app` (a fresh CLI::App) and fills `o` when parsed.
 void AddRunFlags(CLI::App* app, RunOptions* o);
+// --serve, --host, --port, --queue, --api-key-file, --prompt-cache-gb (--max-seqs is
+// registered with --batch's flags; the server reads RunOptions::max_seqs).
+void AddServeFlags(CLI::App* app, ServeOptions* o);
 // The whole tool: parse, run, map Status to the exit code.
 int K3runMain(int argc, char** argv, const CliIo& io = {});
 

@@ -1,0 +1,209 @@
+// The server's lifecycle (see server.h): bind, load behind /health, serve, shut down on a signal.
+#include "k3run/app/server.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+#include <httplib.h>
+
+#include "common/log.h"
+#include "k3run/app/openai_request.h"
+#include "k3run/app/server_context.h"
+#include "k3run/app/server_routes.h"
+#include "k3run/engine/stop_rules.h"
+
+namespace k3::run {
+namespace {
+
+// Signals reach the serving thread through a pipe: a handler may only do async-signal-safe
+// things, and any thread may take a process-directed signal.
+int g_wake_fd = -1;
+
+void OnSignal(int) {
+  const int saved = errno;
+  if (g_wake_fd >= 0) (void)!::write(g_wake_fd, "s", 1);
+  errno = saved;
+}
+
+class WakePipe {
+ public:
+  Status Open() {
+    if (::pipe2(fds_, O_CLOEXEC) != 0) return Status::IoErrno("pipe", "signal pipe", errno);
+    g_wake_fd = fds_[1];
+    struct sigaction sa = {};
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
+    return Status::Ok();
+  }
+  ~WakePipe() {
+    g_wake_fd = -1;
+    for (int fd : fds_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  // From a thread (a failed load): wake the serving thread as a signal would.
+  void Poke() { (void)!::write(fds_[1], "f", 1); }
+  void Wait() {
+    char c = 0;
+    while (::read(fds_[0], &c, 1) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+Result<std::string> ReadApiKey(Env* env, const std::string& path) {
+  if (path.empty()) return std::string();
+  Result<std::string> text = ReadFileToString(env, path, 4096);
+  if (!text.ok()) return Status::Invalid("--api-key-file: " + text.status().message());
+  std::string key = *text;
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) {
+    key.pop_back();
+  }
+  if (key.empty() || key.find_first_of(" \t\r\n") != std::string::npos) {
+    return Status::Invalid("--api-key-file " + path + ": expected one key (no spaces) on one "
+                           "line");
+  }
+  return key;
+}
+
+// The engine thread: load the weights (the listener already answers /health 503), then run
+// passes until told to stop.
+void EngineThread(ServerContext* ctx, const SchedulerOptions& so, std::atomic<bool>* run,
+                  Status* load, WakePipe* wake) {
+  struct Done {
+    ServerContext* ctx;
+    ~Done() { ctx->engine_done.store(true); }
+  } done{ctx};
+  *load = ctx->engine->LoadWeights();
+  if (!load->ok()) {
+    wake->Poke();
+    return;
+  }
+  ctx->scheduler = std::make_unique<Scheduler>(ctx->engine, so);
+  ServerPhase loading = ServerPhase::kLoading;
+  if (!ctx->phase.compare_exchange_strong(loading, ServerPhase::kReady)) return;
+  LogInfo("ready: serving " + ctx->model);
+  while (run->load()) {
+    ctx->scheduler->WaitForWork();
+    if (!run->load()) break;
+    Result<bool> pass = ctx->scheduler->RunPass();
+    // A failing pass ended the requests it carried; the server goes on.
+    if (!pass.ok()) LogWarn("pass failed: " + pass.status().ToString());
+  }
+}
+
+void Configure(httplib::Server& svr, const ServerContext& ctx) {
+  const auto workers = static_cast<size_t>(ctx.max_seqs + ctx.max_queue + kSpareWorkers);
+  svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+  svr.set_payload_max_length(kMaxBodyBytes);
+  // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server bind a port that
+  // is in use and share its connections; SO_REUSEADDR alone still allows a quick restart.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  // An idle keep-alive connection holds a worker: keep that short, so idle clients cannot
+  // starve admission, and shutdown does not wait on them.
+  svr.set_keep_alive_timeout(1);
+  svr.set_read_timeout(10);
+  svr.set_write_timeout(10);
+}
+
+// Waits until `pred` or `seconds` passed.
+template <typename Pred>
+bool WaitUntil(Pred pred, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
+
+Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model,
+                 int64_t max_seqs) {
+  ServerContext ctx;
+  ctx.engine = engine;
+  ctx.tokenizer = engine->tokenizer();
+  if (ctx.tokenizer != nullptr) {
+    Result<ChatTemplate> t = ChatTemplate::Create(ctx.tokenizer, model);
+    if (t.ok()) ctx.chat.emplace(std::move(t).value());
+  }
+  ctx.model = model;
+  ctx.context = engine->memory_plan().positions;
+  ctx.max_seqs = max_seqs;
+  ctx.max_queue = o.queue;
+  ctx.created = static_cast<int64_t>(std::time(nullptr));
+  K3_ASSIGN_OR_RETURN(ctx.api_key, ReadApiKey(Env::Default(), o.api_key_file));
+
+  httplib::Server svr;
+  Configure(svr, ctx);
+  RegisterRoutes(svr, ctx);
+  const int port = o.port == 0 ? svr.bind_to_any_port(o.host)
+                               : (svr.bind_to_port(o.host, o.port) ? o.port : -1);
+  if (port <= 0) {
+    return Status::Io("cannot listen on " + o.host + ":" + std::to_string(o.port) +
+                      " (in use, or not an address of this machine)");
+  }
+  WakePipe wake;
+  K3_RETURN_IF_ERROR(wake.Open());
+  std::thread listener([&svr] { svr.listen_after_bind(); });
+  WriteStderr("listening on http://" + o.host + ":" + std::to_string(port) + "\n");
+
+  SchedulerOptions so;
+  so.max_seqs = max_seqs;
+  // The server admits (SubmitJob); the scheduler's bound is a backstop that never binds first.
+  so.max_queue = max_seqs + o.queue;
+  so.prompt_cache_bytes = static_cast<uint64_t>(o.prompt_cache_gb * 1e9);
+  std::atomic<bool> run{true};
+  Status load;
+  std::thread engine_thread(EngineThread, &ctx, so, &run, &load, &wake);
+
+  wake.Wait();
+  // Stop admitting: new requests get 503; running ones end (CancelAll) with an error chunk.
+  ctx.stop_ns.store(SteadyNs());
+  const ServerPhase was = ctx.phase.exchange(ServerPhase::kStopping, std::memory_order_acq_rel);
+  if (was == ServerPhase::kReady) {
+    LogInfo("shutting down: cancelling " + std::to_string(ctx.open_requests.load()) +
+            " request(s)");
+    ctx.scheduler->CancelAll();
+    ctx.scheduler->Wake();
+    (void)WaitUntil([&] { return ctx.open_requests.load() == 0; }, 2.5);
+  }
+  svr.stop();
+  listener.join();
+  run.store(false);
+  // The engine thread ends at its next WaitForWork; a weight load or a long pass cannot be
+  // interrupted, and the process must still exit in time: then it ends without them.
+  const bool joined = WaitUntil(
+      [&] {
+        if (ctx.scheduler && was == ServerPhase::kReady) ctx.scheduler->Wake();
+        return ctx.engine_done.load();
+      },
+      0.5);
+  if (!joined) {
+    LogWarn(std::string("the engine is still ") +
+            (was == ServerPhase::kReady ? "in a pass" : "loading the weights") +
+            "; exiting without waiting for it");
+    std::_Exit(0);
+  }
+  engine_thread.join();
+  ctx.scheduler.reset();
+  return load;
+}
+
+}  // namespace k3::run

@@ -1,0 +1,44 @@
+// `k3run PREPARED --serve`: an OpenAI-compatible HTTP server over the multi-sequence scheduler
+// (DESIGN.md §11.5; the user's view: docs/SERVER.md).
+//
+// Threads: cpp-httplib's listener and its worker pool (max_seqs + queue + kSpareWorkers
+// workers: a streamed response holds its worker until it ends, so admission — 429 when the
+// scheduler's queue is full — is decided by a worker that never blocks on a full queue); one
+// engine thread that loads the weights, then runs `while running { WaitForWork(); RunPass(); }`
+// (every scheduler callback runs there); the caller's thread, which waits for SIGTERM/SIGINT or
+// a failed load and then shuts down: stop admitting, CancelAll, let streams end with an error
+// chunk, stop the listener, exit within kShutdownSeconds.
+// The listener starts before the weights load: /health answers 503 until they are loaded.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "k3run/engine/session.h"
+
+namespace k3::run {
+
+struct ServeOptions {
+  bool serve = false;                 // --serve
+  std::string host = "127.0.0.1";     // --host
+  int port = 8080;                    // --port; 0: any free port (printed)
+  int64_t queue = 16;                 // --queue: requests that may wait for a slot
+  std::string api_key_file;           // --api-key-file
+  double prompt_cache_gb = 0;         // --prompt-cache-gb (0: off)
+};
+
+// Workers beyond max_seqs + queue: they answer /health, /metrics and 429s while every slot and
+// queue place holds a worker.
+inline constexpr int64_t kSpareWorkers = 4;
+// SIGTERM to exit, at most.
+inline constexpr double kShutdownSeconds = 5;
+
+// `engine`: opened with a tokenizer or not, planned for `max_seqs` sequences of the context the
+// caller chose; its weights are NOT loaded (the server loads them behind /health). `model`: the
+// one model /v1/models lists and requests may name. Blocks until shut down; Ok after a signal.
+Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model,
+                 int64_t max_seqs);
+
+}  // namespace k3::run

@@ -1,0 +1,54 @@
+// The official `openai` npm client against `k3run --serve` (tests/k3run/server/chat_stream.mjs):
+// a streamed chat completion with usage, /v1/models, and a non-streamed call that must give the
+// same text. Needs node and tests/k3run/server/node_modules (scripts/setup.sh); SKIPS visibly
+// without them.
+#include <cstdio>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/k3run/engine_fixture.h"
+#include "tests/k3run/server_fixture.h"
+
+namespace k3::run::testing {
+namespace {
+
+const std::string kClientDir = std::string(K3_SOURCE_DIR) + "/tests/k3run/server";
+
+std::string Missing() {
+  if (std::system("command -v node >/dev/null 2>&1") != 0) return "node is not on PATH";
+  if (!std::filesystem::exists(kClientDir + "/node_modules/openai/package.json")) {
+    return "no openai npm package in " + kClientDir +
+           "/node_modules (run scripts/setup.sh; it needs the npm registry)";
+  }
+  return "";
+}
+
+TEST(ServerOpenAiClient, StreamsAChatCompletion) {
+  const std::string missing = Missing();
+  if (!missing.empty()) GTEST_SKIP() << "SKIPPED: the openai client test did not run: " << missing;
+  ServerProcess s({TinyPreparedDir(), "--no-floor", "--ctx", "512"});
+  ASSERT_TRUE(s.WaitReady());
+  const std::string cmd = "cd '" + kClientDir + "' && node chat_stream.mjs 'http://127.0.0.1:" +
+                          std::to_string(s.port()) + "/v1' '" + BaseName(TinyPreparedDir()) +
+                          "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  ASSERT_EQ(rc, 0) << out << "\nserver:\n" << s.stderr_text();
+  const nlohmann::json j = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_GT(j["chunks"].get<int>(), 1);
+  EXPECT_TRUE(j["finish_reason"] == "stop" || j["finish_reason"] == "length") << out;
+  EXPECT_EQ(j["content"], j["whole_content"]) << out;
+  EXPECT_EQ(j["reasoning"], j["whole_reasoning"]) << out;
+  EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0) << out;
+}
+
+}  // namespace
+}  // namespace k3::run::testing

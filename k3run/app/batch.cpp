@@ -27,7 +27,8 @@ void AddBatchFlags(CLI::App* app, RunOptions* o) {
       "input order");
   app->add_option_function<int64_t>(
          "--max-seqs", [o](const int64_t& v) { o->max_seqs = v; },
-         "--batch: sequences held at once (default: what the memory plan allows)")
+         "--batch, --serve: sequences held at once, each sharing every pass (default: what "
+         "the memory plan allows)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 }
 

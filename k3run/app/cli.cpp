@@ -696,11 +696,14 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   // Never more sequences than inputs; without --max-seqs the plan chooses (0).
   const auto n = static_cast<int64_t>(inputs.size());
   po.sequences = o.max_seqs ? std::min(*o.max_seqs, n) : 0;
-  // Room for the longest prompt, or for a decode row of every sequence, in one pass.
-  po.pass_rows = std::min(o.max_seqs.value_or(kDefaultMaxSeqs), n);
+  // Room for every sequence's prompt in one pass (so they start decoding together and share
+  // every decode pass after it), within what the plan allows (the chunk, at most 512 rows).
+  const int64_t together = std::min(o.max_seqs.value_or(kDefaultMaxSeqs), n);
+  int64_t longest = 1;
   for (const BatchInput& in : inputs) {
-    po.pass_rows = std::max(po.pass_rows, static_cast<int64_t>(in.ids.size()));
+    longest = std::max(longest, static_cast<int64_t>(in.ids.size()));
   }
+  po.pass_rows = together * longest;
   K3_RETURN_IF_ERROR(engine->Plan(po));
   // As many as fit is more than the inputs need: plan again for exactly them, so the room the
   // other sequences' caches and states would take goes back to the weights and the chunk.

@@ -167,7 +167,7 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
   SchedulerOptions so;
   so.max_seqs = max_seqs;
   // The server admits (SubmitJob); the scheduler's bound is a backstop that never binds first.
-  so.max_queue = max_seqs + o.queue;
+  so.max_queue = o.queue;
   so.prompt_cache_bytes = static_cast<uint64_t>(o.prompt_cache_gb * 1e9);
   std::atomic<bool> run{true};
   Status load;

@@ -348,6 +348,9 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
       s->result.prompt_fed += s->rows;
       if (s->req.on_prefill) s->req.on_prefill(s->fed, s->prompt_len());
       if (!s->generating()) continue;
+      // The end of a prompt: a client re-sending it with more after it (a chat's next turn, the
+      // reply re-encoded from text) feeds only the rest.
+      if (cache.budget() > 0 && !s->seq->invalid()) cache.Insert(engine->Snapshot(*s->seq));
       if (s->req.max_tokens == 0) {  // prefill only, as Generate with gen 0
         Finish(s, FinishReason::kLength, Status::Ok());
         continue;
@@ -383,11 +386,13 @@ Result<int64_t> Scheduler::Submit(Request r) {
   if (r.max_tokens < 0) return Status::Invalid("request: max_tokens must be >= 0");
   K3_RETURN_IF_ERROR(ValidateSamplerOptions(r.sampling));
   std::lock_guard<std::mutex> l(impl_->mu);
-  if (impl_->o.max_queue >= 0 &&
-      static_cast<int64_t>(impl_->queue.size()) >= impl_->o.max_queue) {
-    return Status::Io("queue full: " + std::to_string(impl_->queue.size()) +
-                      " requests already wait (max_queue " + std::to_string(impl_->o.max_queue) +
-                      ")");
+  // A request waits only for a slot: those submitted beyond the free slots are the queue.
+  const auto waiting = static_cast<int64_t>(impl_->queue.size() + impl_->running.size()) -
+                       std::max<int64_t>(impl_->o.max_seqs, 1);
+  if (impl_->o.max_queue >= 0 && waiting >= impl_->o.max_queue) {
+    return Status::Io("queue full: " + std::to_string(std::max<int64_t>(waiting, 0)) +
+                      " requests already wait for a slot (max_queue " +
+                      std::to_string(impl_->o.max_queue) + ")");
   }
   const int64_t id = impl_->next_id++;
   impl_->queue.push_back(Waiting{id, std::move(r), Clock::now()});

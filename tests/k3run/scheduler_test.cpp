@@ -420,18 +420,18 @@ TEST(Scheduler, SubmitRefusesPastTheQueueLimitAndInvalidRequests) {
   SchedulerOptions o;
   o.max_queue = 2;
   Scheduler sched(e.get(), o);
-  std::vector<Outcome> out(4);
+  std::vector<Outcome> out(5);
   const Spec spec{Prompt(3, 1, V), 2, {}, {}, 0};
-  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[0], V)).ok());
-  ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[1], V)).ok());
-  Result<int64_t> third = sched.Submit(MakeRequest(spec, &out[2], V));
-  ASSERT_FALSE(third.ok());
-  EXPECT_EQ(third.status().code(), Code::kIo);
-  EXPECT_NE(third.status().message().find("max_queue 2"), std::string::npos);
-  EXPECT_EQ(out[2].done_calls, 0);
-  // Admission makes room in the queue.
-  ASSERT_TRUE(*sched.RunPass());
-  EXPECT_TRUE(sched.Submit(MakeRequest(spec, &out[3], V)).ok());
+  // One request takes the free slot, two wait: the queue is full.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sched.Submit(MakeRequest(spec, &out[i], V)).ok()) << i;
+  Result<int64_t> fourth = sched.Submit(MakeRequest(spec, &out[3], V));
+  ASSERT_FALSE(fourth.ok());
+  EXPECT_EQ(fourth.status().code(), Code::kIo);
+  EXPECT_NE(fourth.status().message().find("max_queue 2"), std::string::npos);
+  EXPECT_EQ(out[3].done_calls, 0);
+  // A finished request makes room.
+  while (sched.Stats().finished == 0) ASSERT_TRUE(*sched.RunPass());
+  EXPECT_TRUE(sched.Submit(MakeRequest(spec, &out[4], V)).ok());
   Request empty;
   EXPECT_EQ(sched.Submit(std::move(empty)).status().code(), Code::kInvalid);
   Request outside;
@@ -441,7 +441,15 @@ TEST(Scheduler, SubmitRefusesPastTheQueueLimitAndInvalidRequests) {
   too_long.prompt = Prompt(9, 2, V);  // 8 positions
   EXPECT_EQ(sched.Submit(std::move(too_long)).status().code(), Code::kInvalid);
   ASSERT_TRUE(sched.RunUntilIdle().ok());
-  EXPECT_EQ(sched.Stats().finished, 3);
+  EXPECT_EQ(sched.Stats().finished, 4);
+  // max_queue 0: only as many as the free slots.
+  SchedulerOptions none;
+  none.max_queue = 0;
+  Scheduler strict(e.get(), none);
+  Outcome x, y;
+  EXPECT_TRUE(strict.Submit(MakeRequest(spec, &x, V)).ok());
+  EXPECT_EQ(strict.Submit(MakeRequest(spec, &y, V)).status().code(), Code::kIo);
+  ASSERT_TRUE(strict.RunUntilIdle().ok());
 }
 
 // A request extending a finished request's tokens starts from its snapshot: only the rest is
@@ -479,6 +487,29 @@ TEST(Scheduler, PromptCacheFeedsOnlyTheRestWithTheBitsOfAColdRun) {
   EXPECT_EQ(st.prompt_cache_hits, 1);
   EXPECT_EQ(st.prompt_cache_tokens, 12);
   EXPECT_EQ(st.prompt_rows, 9 + 3);
+}
+
+// The end of a prompt is kept too: a request that extends the first PROMPT with other tokens
+// than its reply (a chat re-sent as text whose reply re-encodes differently) feeds only those.
+TEST(Scheduler, PromptCacheKeepsTheEndOfEachPrompt) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 40);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  const Spec first{Prompt(9, 11, V), 4, {}, {}, 0};
+  Spec other{first.prompt, 3, {}, {}, 0};
+  for (int32_t id : {99, 98, 97}) other.prompt.push_back(id);
+  const Solo other_cold = Alone(e.get(), other);
+  SchedulerOptions o;
+  o.prompt_cache_bytes = uint64_t{1} << 30;
+  Scheduler sched(e.get(), o);
+  Outcome a, b;
+  ASSERT_TRUE(sched.Submit(MakeRequest(first, &a, V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  ASSERT_TRUE(sched.Submit(MakeRequest(other, &b, V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(b.result.prompt_fed, 3);
+  EXPECT_EQ(b.run.ids, other_cold.ids);
+  EXPECT_TRUE(SameBits(b.run.logits, other_cold.logits));
 }
 
 // Room for two snapshots: after A, B and C finish, A's was evicted (a miss), C's is kept (a hit).

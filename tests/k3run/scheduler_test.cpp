@@ -512,42 +512,45 @@ TEST(Scheduler, PromptCacheKeepsTheEndOfEachPrompt) {
   EXPECT_TRUE(SameBits(b.run.logits, other_cold.logits));
 }
 
-// Room for two snapshots: after A, B and C finish, A's was evicted (a miss), C's is kept (a hit).
+// Room for one request's snapshots: after A, B and C finish, C's are kept (a hit), A's were
+// evicted (a miss).
 TEST(Scheduler, PromptCacheEvictsTheLeastRecentlyUsedByBytes) {
   std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 40);
   ASSERT_NE(e, nullptr);
   const int64_t V = e->config().vocab;
   std::vector<Spec> firsts;
   for (int i = 0; i < 3; ++i) firsts.push_back(Spec{Prompt(8, 20 + i, V), 3, {}, {}, 0});
-  // One finished request's snapshot: 8 prompt ids + 2 of its 3 tokens.
-  uint64_t one = 0;
-  {
+  // A request leaves two snapshots: the end of its prompt (8 ids) and its end (8 prompt ids + 2
+  // of its 3 tokens).
+  auto snapshot_bytes = [&](int64_t n) {
     std::unique_ptr<Sequence> seq = e->NewSequence();
-    ASSERT_TRUE(e->Feed(seq.get(), Prompt(10, 99, V)).ok());
-    one = e->Snapshot(*seq).bytes();
-  }
+    EXPECT_TRUE(e->Feed(seq.get(), Prompt(n, 99, V)).ok());
+    return e->Snapshot(*seq).bytes();
+  };
+  const uint64_t one = snapshot_bytes(8) + snapshot_bytes(10);
   SchedulerOptions o;
-  o.prompt_cache_bytes = 2 * one + one / 2;
+  o.prompt_cache_bytes = one + one / 2;  // room for one request's two, not for two requests'
   Scheduler sched(e.get(), o);
   std::vector<Outcome> out(5);
   for (size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(sched.Submit(MakeRequest(firsts[i], &out[i], V)).ok());
     ASSERT_TRUE(sched.RunUntilIdle().ok());
   }
-  EXPECT_EQ(sched.Stats().prompt_cache_bytes, 2 * one);
+  EXPECT_EQ(sched.Stats().prompt_cache_bytes, one);
   auto extend = [&](size_t i) {
     Spec s{firsts[i].prompt, 2, {}, {}, 0};
     s.prompt.insert(s.prompt.end(), out[i].run.ids.begin(), out[i].run.ids.end());
     return s;
   };
-  ASSERT_TRUE(sched.Submit(MakeRequest(extend(0), &out[3], V)).ok());
-  ASSERT_TRUE(sched.RunUntilIdle().ok());
-  EXPECT_EQ(out[3].result.prompt_fed, 11);  // miss: A's snapshot was evicted
   ASSERT_TRUE(sched.Submit(MakeRequest(extend(2), &out[4], V)).ok());
   ASSERT_TRUE(sched.RunUntilIdle().ok());
   EXPECT_EQ(out[4].result.prompt_fed, 1);  // hit on C's 10 tokens
   EXPECT_EQ(sched.Stats().prompt_cache_hits, 1);
   EXPECT_EQ(out[4].run.ids, Alone(e.get(), extend(2)).ids);
+  ASSERT_TRUE(sched.Submit(MakeRequest(extend(0), &out[3], V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(out[3].result.prompt_fed, 11);  // miss: A's snapshots were evicted
+  EXPECT_EQ(sched.Stats().prompt_cache_hits, 1);
 }
 
 // A pass that fails (trunk.bin unreadable) ends the requests it carried with kError and the

@@ -24,55 +24,42 @@ for p in "${packages[@]}"; do
   fi
 done
 
-# The npm side (tokenizer parity test and benchmark), run at the end whatever apt did.
-install_tokenizer_parity_npm() {
-  local dir
-  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/k3run/tokenizer/parity"
-  if [ -f "$dir/node_modules/tiktoken/encoders/o200k_base.json" ]; then
-    echo "setup: npm tiktoken already installed in $dir/node_modules"
+# The npm test oracles, run at the end whatever apt did: tiktoken for the tokenizer parity test
+# and benchmark, and the official openai client for the server's client test. Each directory
+# pins its package in package.json; without npm or the registry, those tests are SKIPPED.
+# usage: install_npm_oracle DIR FILE-THAT-SHOWS-IT-IS-INSTALLED PACKAGE WHAT-SKIPS
+install_npm_oracle() {
+  local dir="$1" marker="$2" package="$3" what="$4"
+  if [ -f "$dir/node_modules/$marker" ]; then
+    echo "setup: npm $package already installed in $dir/node_modules"
     return 0
   fi
   if ! command -v npm >/dev/null 2>&1; then
-    echo "setup: WARNING: npm not found; the tokenizer parity test will be SKIPPED" >&2
+    echo "setup: WARNING: npm not found; $what will be SKIPPED" >&2
     return 0
   fi
-  echo "setup: npm install (tiktoken, pinned in $dir/package.json) into $dir/node_modules"
+  echo "setup: npm install ($package, pinned in $dir/package.json) into $dir/node_modules"
   if (cd "$dir" && timeout 300 npm install --no-audit --no-fund --loglevel=error); then
-    echo "setup: installed npm tiktoken for the tokenizer parity test"
+    echo "setup: installed npm $package for $what"
   else
-    echo "setup: WARNING: npm install failed (registry unreachable?); the tokenizer parity" \
-         "test will be SKIPPED until scripts/setup.sh is rerun with network access" >&2
+    echo "setup: WARNING: npm install failed (registry unreachable?); $what will be SKIPPED" \
+         "until scripts/setup.sh is rerun with network access" >&2
   fi
   return 0
 }
 
-# The official openai npm client, a real client of `k3run --serve` in its test
-# (tests/k3run/server/package.json pins it; it has no dependencies of its own).
-install_server_client_npm() {
-  local dir
-  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/k3run/server"
-  if [ -f "$dir/node_modules/openai/package.json" ]; then
-    echo "setup: npm openai already installed in $dir/node_modules"
-    return 0
-  fi
-  if ! command -v npm >/dev/null 2>&1; then
-    echo "setup: WARNING: npm not found; the server's openai client test will be SKIPPED" >&2
-    return 0
-  fi
-  echo "setup: npm install (openai, pinned in $dir/package.json) into $dir/node_modules"
-  if (cd "$dir" && timeout 300 npm install --no-audit --no-fund --loglevel=error); then
-    echo "setup: installed npm openai for the server's client test"
-  else
-    echo "setup: WARNING: npm install failed (registry unreachable?); the server's openai" \
-         "client test will be SKIPPED until scripts/setup.sh is rerun with network access" >&2
-  fi
-  return 0
+install_npm_oracles() {
+  local root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  install_npm_oracle "$root/tests/k3run/tokenizer/parity" tiktoken/encoders/o200k_base.json \
+    tiktoken "the tokenizer parity test"
+  install_npm_oracle "$root/tests/k3run/server" openai/package.json openai \
+    "the server's openai client test"
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
-  install_tokenizer_parity_npm
-  install_server_client_npm
+  install_npm_oracles
   exit 0
 fi
 
@@ -90,5 +77,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${as_root[@]}" apt-get update -qq
 "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: installed ${missing[*]}"
-install_tokenizer_parity_npm
-install_server_client_npm
+install_npm_oracles

@@ -186,6 +186,11 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
       {"time_over_own_rate_floor", floor_s > 0 ? json(st.decode_seconds / floor_s)
                                                : json(nullptr)}};
   r["tokens_per_second"] = t.seconds > 0 ? static_cast<double>(st.generated) / t.seconds : 0.0;
+  r["idle_between_passes"] = {{"gaps", st.idle_gaps},
+                              {"seconds", st.idle_seconds},
+                              {"median_seconds", st.idle_median_seconds},
+                              {"p99_seconds", st.idle_p99_seconds},
+                              {"max_seconds", st.idle_max_seconds}};
   json seqs = json::array();
   int64_t prompt_tokens = 0, sum_generated = 0, sum_passes = 0;
   for (const Member& m : members) {

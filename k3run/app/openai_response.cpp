@@ -141,6 +141,19 @@ std::string MetricsText(const SchedulerStats& s, int64_t max_seqs, int64_t max_q
   metric("k3_queued_requests", "gauge", "Requests waiting for a slot.", d(s.queued));
   metric("k3_max_sequences", "gauge", "Slots (--max-seqs).", d(max_seqs));
   metric("k3_max_queue", "gauge", "Queue bound (--queue).", d(max_queue));
+  // A summary: quantiles over the scheduler's recent window, sum and count over all gaps.
+  char summary[512];
+  std::snprintf(summary, sizeof summary,
+                "# HELP k3_engine_idle_seconds The engine's idle time between passes while it "
+                "had work (quantiles over the last %zu gaps).\n"
+                "# TYPE k3_engine_idle_seconds summary\n"
+                "k3_engine_idle_seconds{quantile=\"0.5\"} %.17g\n"
+                "k3_engine_idle_seconds{quantile=\"0.99\"} %.17g\n"
+                "k3_engine_idle_seconds{quantile=\"1\"} %.17g\n"
+                "k3_engine_idle_seconds_sum %.17g\nk3_engine_idle_seconds_count %lld\n",
+                Scheduler::kIdleWindow, s.idle_median_seconds, s.idle_p99_seconds,
+                s.idle_max_seconds, s.idle_seconds, static_cast<long long>(s.idle_gaps));
+  out += summary;
   return out;
 }
 

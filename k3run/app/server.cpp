@@ -181,14 +181,18 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
     LogInfo("shutting down: cancelling " + std::to_string(ctx.open_requests.load()) +
             " request(s)");
     ctx.scheduler->CancelAll();
+    // The pass in flight (up to a pass over all the weights) is discarded at its next layer:
+    // its requests end with the interruption as their error.
+    ctx.engine->Interrupt();
     ctx.scheduler->Wake();
     (void)WaitUntil([&] { return ctx.open_requests.load() == 0; }, 2.5);
   }
   svr.stop();
   listener.join();
   run.store(false);
-  // The engine thread ends at its next WaitForWork; a weight load or a long pass cannot be
-  // interrupted, and the process must still exit in time: then it ends without them.
+  // The engine thread ends at its next WaitForWork. A weight load cannot be interrupted (nor a
+  // layer that waits on a stuck disk), and the process must still exit in time: then it ends
+  // without them.
   const bool joined = WaitUntil(
       [&] {
         if (ctx.scheduler && was == ServerPhase::kReady) ctx.scheduler->Wake();

@@ -42,6 +42,11 @@ ApiError NotCompleted(const ServerContext& ctx, const RequestResult& r, bool fin
     return ServerError(503, ctx.stopping() ? "the server is shutting down" : "request cancelled",
                        ctx.stopping() ? "shutting_down" : "cancelled");
   }
+  // Shutdown interrupts the pass in flight (Engine::Interrupt): its requests end with that.
+  if (ctx.stopping() && r.status.code() == Code::kIo) {
+    return ServerError(503, "the server is shutting down (" + r.status.message() + ")",
+                       "shutting_down");
+  }
   return ServerError(500, r.status.ToString(), r.status.code() == Code::kUnreliable
                                                    ? "run_invalid"
                                                    : "engine_error");

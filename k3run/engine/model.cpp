@@ -64,6 +64,10 @@ Status Model::Pass(std::span<const Segment> segments, float* logits) {
   ops::LayerScratch scratch;
   // Decoder layers (§3.3–3.7).
   for (int L = 0; L < layers_; ++L) {
+    if (interrupt_ != nullptr && interrupt_->load(std::memory_order_relaxed)) {
+      return Status::Io("interrupted: the pass stopped before layer " + std::to_string(L) +
+                        " of " + std::to_string(layers_) + " and was discarded");
+    }
     K3_ASSIGN_OR_RETURN(const ops::LayerWeights* w, weights_->Layer(L));
     const Status s = RunLayer(L, *w, segments, h.data(), T, &blocks, &scratch);
     weights_->ReleaseExperts(L);

@@ -10,6 +10,7 @@
 // Thread safety: one Model and its State are used by one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -65,6 +66,9 @@ class Model {
   // order; no state twice), advancing each state->pos by its n. logits: the rows each segment
   // asks for, segment by segment ([n][vocab] for kAll, [vocab] for kLast).
   Status Pass(std::span<const Segment> segments, float* logits);
+  // When *flag turns true, a Pass in flight stops before its next layer with kIo ("interrupted");
+  // the layers it ran have changed its segments' states, which are then good only for a Reset.
+  void SetInterruptFlag(const std::atomic<bool>* flag) { interrupt_ = flag; }
   // After a pass with a tentative segment of `n` rows on `state`: keeps the first `kept` (KDA
   // layers replay their records, MLA caches and the position drop the rest). No weight is read.
   void Keep(State* state, int64_t n, int64_t kept) const;
@@ -98,6 +102,7 @@ class Model {
   int layers_;
   ops::MoeStats stats_;
   double mla_seconds_ = 0, kda_seconds_ = 0;
+  const std::atomic<bool>* interrupt_ = nullptr;
 };
 
 }  // namespace k3::run

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -36,6 +38,15 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The q-quantile of `v` (nearest rank; reorders v).
+double Quantile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  const auto k = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  const size_t i = std::min(k, v.size() - 1);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  return v[i];
 }
 
 struct Waiting {
@@ -85,13 +96,19 @@ struct Scheduler::Impl {
   bool woken = false;
   int64_t next_id = 1;
   SchedulerStats stats;
+  std::vector<double> idle_window;  // the last kIdleWindow gaps, a ring from idle_next
+  size_t idle_next = 0;
 
   // Engine thread only.
   std::vector<Slot> slots;
   PromptCache cache;
   int64_t admitted = 0;
   size_t decode_cursor = 0;  // round robin when decode rows outnumber the pass (see PlanPass)
+  // The end of the last pass while work remained; reset when a RunPass finds nothing to run
+  // (the engine thread then waits, which is not idle time between passes).
+  std::optional<Clock::time_point> last_pass_end;
 
+  void RecordIdle(double seconds);
   bool FinishCancelled();
   void Admit();
   void Start(Slot* slot, Waiting w);
@@ -304,7 +321,9 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
     rows += s->rows;
     batch.push_back(std::move(in));
   }
+  if (last_pass_end) RecordIdle(Since(*last_pass_end));
   Result<StepResult> pass = engine->Step(batch);
+  last_pass_end = Clock::now();
   if (!pass.ok()) {
     for (Slot* s : carried) {
       ++s->result.passes;
@@ -357,6 +376,18 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
       }
     }
     Choose(s, pass->LogitsOf(k, V));
+  }
+}
+
+void Scheduler::Impl::RecordIdle(double seconds) {
+  std::lock_guard<std::mutex> l(mu);
+  ++stats.idle_gaps;
+  stats.idle_seconds += seconds;
+  if (idle_window.size() < Scheduler::kIdleWindow) {
+    idle_window.push_back(seconds);
+  } else {
+    idle_window[idle_next] = seconds;
+    idle_next = (idle_next + 1) % idle_window.size();
   }
 }
 
@@ -426,7 +457,10 @@ Result<bool> Scheduler::RunPass() {
   bool worked = s.FinishCancelled();
   s.Admit();
   const std::vector<Slot*> carried = s.PlanPass();
-  if (carried.empty()) return worked;
+  if (carried.empty()) {
+    s.last_pass_end.reset();
+    return worked;
+  }
   s.RunOnePass(carried);
   // Slots freed by this pass (and cancellations during it) take queued requests now, so the
   // next pass already carries their prompts.
@@ -444,10 +478,14 @@ Status Scheduler::RunUntilIdle() {
 
 void Scheduler::WaitForWork() {
   std::unique_lock<std::mutex> l(impl_->mu);
-  impl_->cv.wait(l, [this] {
+  const auto ready = [this] {
     const Impl& s = *impl_;
     return s.woken || !s.queue.empty() || !s.cancelled_waiting.empty() || !s.running.empty();
-  });
+  };
+  if (!ready()) {
+    impl_->last_pass_end.reset();  // waiting for a client is not idle time between passes
+    impl_->cv.wait(l, ready);
+  }
   impl_->woken = false;
 }
 
@@ -467,6 +505,10 @@ SchedulerStats Scheduler::Stats() const {
   SchedulerStats st = impl_->stats;
   st.active = static_cast<int64_t>(impl_->running.size());
   st.queued = static_cast<int64_t>(impl_->queue.size());
+  std::vector<double> window = impl_->idle_window;
+  st.idle_median_seconds = Quantile(window, 0.5);
+  st.idle_p99_seconds = Quantile(window, 0.99);
+  st.idle_max_seconds = Quantile(window, 1.0);
   return st;
 }
 

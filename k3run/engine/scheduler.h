@@ -105,6 +105,14 @@ struct SchedulerStats {
   uint64_t decode_unused_bytes = 0;   // of which guesses read ahead and not used
   double decode_seconds = 0;
   double decode_io_busy_seconds = 0;  // the reader busy during them (own-rate floor)
+  // The engine's idle time between passes: from the end of one pass to the start of the next
+  // when the next follows without waiting for work (choosing tokens, callbacks, admission and
+  // prompt snapshots happen there). Quantiles over the most recent kIdleWindow gaps.
+  int64_t idle_gaps = 0;
+  double idle_seconds = 0;        // Σ over all gaps
+  double idle_median_seconds = 0;
+  double idle_p99_seconds = 0;
+  double idle_max_seconds = 0;    // over the window
   int64_t active = 0;             // slots holding a request now
   int64_t queued = 0;             // requests waiting now
   int64_t finished = 0;
@@ -115,6 +123,8 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
+  static constexpr size_t kIdleWindow = 4096;  // gaps behind SchedulerStats' idle quantiles
+
   // The engine must be planned for at least max_seqs sequences and loaded.
   Scheduler(Engine* engine, const SchedulerOptions& o);
   ~Scheduler();

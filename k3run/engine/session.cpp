@@ -109,6 +109,7 @@ std::unique_ptr<Engine> Engine::WithSource(const ModelConfig& c, WeightSource* s
   e->max_tentative_rows_ = std::max<int64_t>(positions, 1);
   e->source_ = source;
   e->model_ = std::make_unique<Model>(c, source, e->layers_);
+  e->model_->SetInterruptFlag(&e->interrupted_);
   return e;
 }
 
@@ -242,6 +243,7 @@ Status Engine::LoadWeights(CacheTraceWriter* trace) {
   if (owned_source_ == nullptr) return Status::Invalid("LoadWeights before Plan");
   source_ = owned_source_.get();
   model_ = std::make_unique<Model>(config_, source_, layers_);
+  model_->SetInterruptFlag(&interrupted_);
   return Status::Ok();
 }
 
@@ -256,6 +258,9 @@ std::unique_ptr<Sequence> Engine::NewSequence(const SamplerOptions& sampling, ui
 
 Result<StepResult> Engine::Step(std::span<StepInput> batch) {
   if (model_ == nullptr) return Status::Invalid("Step before LoadWeights");
+  if (interrupted_.load(std::memory_order_relaxed)) {
+    return Status::Io("interrupted: the engine is shutting down; no more passes");
+  }
   std::vector<Segment> segments;
   for (const StepInput& in : batch) {
     if (in.seq == nullptr || in.ids.empty()) {

@@ -16,6 +16,7 @@
 // front end renders. Thread safety: one thread drives an Engine and its sequences.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -155,6 +156,10 @@ class Engine {
                                         uint64_t stream = 0);
   // One pass for every input (each a different sequence with nothing pending).
   Result<StepResult> Step(std::span<StepInput> batch);
+  // Shutdown (the server's SIGTERM): the pass in flight stops before its next layer and fails
+  // with kIo "interrupted", and every later Step is refused. The sequences of that pass are
+  // good only for a Reset. Any thread (one atomic store).
+  void Interrupt() { interrupted_.store(true, std::memory_order_relaxed); }
   // Feeds a long input to one sequence in passes of chunk() rows (DESIGN.md §11.3), committing
   // each, with a kPrefill event after every pass. The result is the last pass's, with the
   // seconds, bytes and source counters of all passes summed; `logits` applies to the last row
@@ -212,6 +217,7 @@ class Engine {
   EventSink events_;
   int64_t passes_ = 0;
   int64_t max_tentative_rows_ = 1;  // spec_rows + 1: the records the plan holds per sequence
+  std::atomic<bool> interrupted_{false};
 };
 
 // The prepared directory's tokenizer, its files read once: hashed against k3.json (kIntegrity

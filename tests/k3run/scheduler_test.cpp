@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -686,6 +687,73 @@ TEST(Scheduler, EngineThreadWaitsForWorkAndWakes) {
   engine_thread.join();
   EXPECT_EQ(out.run.ids, want.ids);
   EXPECT_TRUE(SameBits(out.run.logits, want.logits));
+}
+
+// The engine's idle time between passes (SchedulerStats::idle_*, the server's /metrics): the
+// gaps between passes that follow each other are timed, with what runs there (here a callback
+// that sleeps); the time the engine waits for a request is not.
+TEST(Scheduler, IdleGapsAreTimedOnlyBetweenPassesThatFollowEachOther) {
+  std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  static constexpr double kCallback = 0.004;
+  SchedulerOptions o;
+  o.max_seqs = 2;
+  Scheduler sched(e.get(), o);
+  std::vector<Outcome> out(3);
+  for (size_t i = 0; i < 2; ++i) {
+    Request r = MakeRequest(Spec{Prompt(4, static_cast<uint32_t>(i), V), 5, {}, {}, 0}, &out[i], V);
+    auto inner = r.on_token;
+    r.on_token = [inner](int32_t t, const float* l) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kCallback));
+      return inner(t, l);
+    };
+    ASSERT_TRUE(sched.Submit(std::move(r)).ok());
+  }
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  SchedulerStats st = sched.Stats();
+  ASSERT_GE(st.passes, 5);
+  EXPECT_EQ(st.idle_gaps, st.passes - 1);
+  // Every gap but the last holds two sleeping callbacks (both requests decode in each pass).
+  EXPECT_GE(st.idle_median_seconds, 2 * kCallback);
+  EXPECT_GE(st.idle_seconds, static_cast<double>(st.passes - 2) * 2 * kCallback);
+  EXPECT_LE(st.idle_median_seconds, st.idle_p99_seconds);
+  EXPECT_LE(st.idle_p99_seconds, st.idle_max_seconds);
+
+  // The engine thread waits 300 ms for the next request: not a gap between passes.
+  const int64_t passes_before = st.passes, gaps_before = st.idle_gaps;
+  std::atomic<bool> stop{false};
+  std::thread engine_thread([&] {
+    while (!stop) {
+      sched.WaitForWork();
+      ASSERT_TRUE(sched.RunPass().ok());
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Request r = MakeRequest(Spec{Prompt(3, 9, V), 3, {}, {}, 0}, &out[2], V);
+  auto inner = r.on_done;
+  r.on_done = [&](const RequestResult& rr) {
+    inner(rr);
+    std::lock_guard<std::mutex> l(mu);
+    done = true;
+    cv.notify_all();
+  };
+  ASSERT_TRUE(sched.Submit(std::move(r)).ok());
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+  }
+  stop = true;
+  sched.Wake();
+  engine_thread.join();
+  st = sched.Stats();
+  EXPECT_EQ(st.passes - passes_before, 3);
+  EXPECT_EQ(st.idle_gaps - gaps_before, 2);  // within the new request only
+  EXPECT_LT(st.idle_max_seconds, 0.3);
+  for (const Outcome& x : out) EXPECT_EQ(x.done_calls, 1);
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -44,6 +47,13 @@ std::vector<std::string> Tiny(std::vector<std::string> extra = {}, const std::st
   std::vector<std::string> a = {TinyPreparedDir(), "--no-floor", "--ctx", ctx};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
+}
+
+// The value of the Prometheus sample `name` in `text` (NaN when absent).
+double MetricValue(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + " ");
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(text.c_str() + at + name.size() + 2, nullptr);
 }
 
 TEST(Server, HealthModelsMetrics) {
@@ -294,6 +304,13 @@ TEST(Server, PromptCacheServesTheResentConversation) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("k3_prompt_cache_hits_total 1"), std::string::npos) << m->body;
+  // Two requests of several tokens each: the engine's gaps between their passes are timed.
+  const double passes = MetricValue(m->body, "k3_passes_total");
+  const double gaps = MetricValue(m->body, "k3_engine_idle_seconds_count");
+  EXPECT_GE(passes, 4) << m->body;
+  EXPECT_GE(gaps, passes - 2) << m->body;  // the wait for the second request is not a gap
+  EXPECT_LE(gaps, passes - 1) << m->body;
+  EXPECT_GE(MetricValue(m->body, "k3_engine_idle_seconds{quantile=\"0.5\"}"), 0.0) << m->body;
 }
 
 const json kLongRequest = {{"prompt", Ids(kPrompt)}, {"max_tokens", 20000}, {"temperature", 0},
@@ -432,9 +449,42 @@ TEST(Server, SigtermEndsStreamsWithAnErrorAndExitsZero) {
   EXPECT_TRUE(WIFEXITED(*status)) << *status;
   EXPECT_EQ(WEXITSTATUS(*status), 0) << s.stderr_text();
   EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(s.stderr_text().find("exiting without waiting"), std::string::npos) << s.stderr_text();
   const SseParse p = ParseSse(DechunkedBody(stream.received()));
   EXPECT_FALSE(p.error.is_null()) << stream.received().substr(0, 2000);
   EXPECT_FALSE(p.done);
+}
+
+// A pass of the released model takes tens of seconds: SIGTERM discards the pass in flight at
+// its next layer (Engine::Interrupt) instead of waiting for it. Here one 1000-row prefill pass
+// of the small model (about 14 s on 2 cores) is interrupted.
+TEST(Server, SigtermInterruptsThePassInFlight) {
+  ServerProcess s({SmallPreparedDir(), "--no-floor", "--ctx", "1100", "--chunk", "1000"});
+  ASSERT_TRUE(s.WaitReady());
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 1000; ++i) prompt.push_back((i * 7919) % 4000 + 1);
+  const json request = {{"prompt", Ids(prompt)}, {"max_tokens", 4}, {"temperature", 0},
+                        {"stream", true}};
+  RawStream stream(s.port(), "/v1/completions", request.dump());
+  // The first keep-alive comes a second into the prefill pass.
+  ASSERT_TRUE(stream.ReadUntil(": keep-alive", 30)) << stream.received();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(s.pid(), SIGTERM), 0);
+  stream.ReadToEnd(10);
+  const std::optional<int> status = s.WaitExit(10);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(status) << "still running 10 s after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << s.stderr_text();
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(s.stderr_text().find("exiting without waiting"), std::string::npos) << s.stderr_text();
+  const SseParse p = ParseSse(DechunkedBody(stream.received()));
+  ASSERT_FALSE(p.error.is_null()) << stream.received().substr(0, 2000);
+  EXPECT_EQ(p.error["code"], "shutting_down") << p.error.dump();
+  EXPECT_NE(p.error["message"].get<std::string>().find("interrupted: the pass stopped before layer"),
+            std::string::npos)
+      << p.error.dump();
 }
 
 TEST(Server, PortInUseIsAnIoError) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cstring>
 #include <optional>
 #include <set>
@@ -225,7 +227,12 @@ class OneExpertFails final : public WeightSource {
   std::set<std::pair<int, int>> asked;
   std::pair<int, int> failing{-1, -1};
 
-  Result<const ops::LayerWeights*> Layer(int l) override { return inner_->Layer(l); }
+  std::function<void(int)> on_layer;  // before each Layer(l) is served
+
+  Result<const ops::LayerWeights*> Layer(int l) override {
+    if (on_layer) on_layer(l);
+    return inner_->Layer(l);
+  }
   void ReleaseLayer(int l) override { inner_->ReleaseLayer(l); }
   const ops::GluWeights* Expert(int l, int e) override {
     asked.insert({l, e});
@@ -289,6 +296,38 @@ TEST(Session, ExpertFailureMarksOnlyTheSequencesRoutedToIt) {
   ASSERT_TRUE(e->Commit(a.get(), 1).ok());
   a->Reset();
   EXPECT_FALSE(a->invalid());
+}
+
+// Shutdown: Interrupt() during a pass stops it before its next layer (no later layer is read)
+// with kIo "interrupted", and every later Step is refused.
+TEST(Session, InterruptStopsThePassInFlightAtTheNextLayerAndRefusesLaterSteps) {
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), TinyPreparedDir());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Result<std::unique_ptr<RamWeights>> ram = RamWeights::Open(Env::Default(), &*p);
+  ASSERT_TRUE(ram.ok()) << ram.status().ToString();
+  OneExpertFails source(ram->get());  // fails no expert: `failing` stays unset
+  std::unique_ptr<Engine> e = Engine::WithSource(p->manifest.config, &source, 0, 8);
+  ASSERT_GE(p->manifest.config.n_layers, 3);
+  std::vector<int> layers;
+  source.on_layer = [&](int l) {
+    layers.push_back(l);
+    if (l == 1) e->Interrupt();  // from "another thread": only an atomic store
+  };
+  std::unique_ptr<Sequence> s = e->NewSequence();
+  std::vector<StepInput> in{{s.get(), {3, 5, 7}, Logits::kLast}};
+  Result<StepResult> r = e->Step(in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kIo);
+  EXPECT_NE(r.status().message().find("interrupted: the pass stopped before layer 2"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(layers, (std::vector<int>{0, 1}));
+  s->Reset();
+  r = e->Step(in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("shutting down"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(layers.size(), 2u);  // the refused step read nothing
 }
 
 // --max-seqs from the plan (PlanOptions::sequences = 0): as many sequences as the memory holds

@@ -3,8 +3,10 @@
 # pass"): starts `k3run PREPARED --serve` with the memory flags given, then for 1, 4 and 8
 # concurrent streaming clients (each a different prompt of --prompt pseudo-random ids, greedy,
 # --gen tokens) measures time to first token, aggregate generated tok/s, and the weight bytes
-# read per generated token (from /metrics). Then a chat of --turns turns re-sending the whole
-# conversation each turn, with and without the prompt cache: seconds per turn.
+# read per generated token and the engine's idle time between passes (from /metrics; a fresh
+# server per client count, so the quantiles cover that run only). Then a chat of --turns turns
+# re-sending the whole conversation each turn, with and without the prompt cache: seconds per
+# turn.
 # The load generator is Python's standard library (threads blocked on sockets): it takes no
 # measurable CPU from the server.
 #
@@ -56,10 +58,10 @@ run_server() {  # $1: log name, $2: prompt cache GB; sets $server (pid) and $por
 work=$(mktemp -d)
 trap '[[ -n $server ]] && kill $server 2>/dev/null; rm -rf "$work"' EXIT
 
-run_server "$work/batch" 0
-python3 - "$port" "$clients" "$gen" "$prompt" <<'PY'
+clients_run() {  # $1: concurrent clients; one table row
+  python3 - "$port" "$1" "$gen" "$prompt" <<'PY'
 import http.client, json, sys, threading, time
-port, counts, gen, plen = int(sys.argv[1]), [int(c) for c in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4])
+port, n, gen, plen = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
 def model():
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -101,24 +103,33 @@ def client(i, out):
             tokens = len(chunk["k3"]["generated_ids"])
     out[i] = (first or 0.0, time.monotonic() - t0, tokens)
 
-print("| clients | generated tokens | wall s | aggregate tok/s | time to first token (median, max) | MB read per generated token |")
-print("|---|---|---|---|---|---|")
-for n in counts:
-    before = metrics()
-    out = [None] * n
-    threads = [threading.Thread(target=client, args=(i, out)) for i in range(n)]
-    t0 = time.monotonic()
-    for t in threads: t.start()
-    for t in threads: t.join()
-    wall = time.monotonic() - t0
-    after = metrics()
-    toks = sum(o[2] for o in out)
-    ttft = sorted(o[0] for o in out)
-    read = [k for k in after if k.startswith("k3_weight_bytes_read")]
-    mb = (after[read[0]] - before.get(read[0], 0)) / max(toks, 1) / 1e6 if read else float("nan")
-    print(f"| {n} | {toks} | {wall:.2f} | {toks / wall:.2f} | {ttft[len(ttft) // 2]:.2f}, {ttft[-1]:.2f} | {mb:.1f} |")
+before = metrics()
+out = [None] * n
+threads = [threading.Thread(target=client, args=(i, out)) for i in range(n)]
+t0 = time.monotonic()
+for t in threads: t.start()
+for t in threads: t.join()
+wall = time.monotonic() - t0
+after = metrics()
+toks = sum(o[2] for o in out)
+ttft = sorted(o[0] for o in out)
+mb = (after["k3_weight_bytes_read_total"] - before["k3_weight_bytes_read_total"]) / max(toks, 1) / 1e6
+gaps = after["k3_engine_idle_seconds_count"] - before["k3_engine_idle_seconds_count"]
+idle = after["k3_engine_idle_seconds_sum"] - before["k3_engine_idle_seconds_sum"]
+passes = after["k3_passes_total"] - before["k3_passes_total"]
+ms = lambda q: after['k3_engine_idle_seconds{quantile="%s"}' % q] * 1e3
+print(f"| {n} | {toks} | {wall:.2f} | {toks / wall:.2f} | {ttft[len(ttft) // 2]:.2f}, {ttft[-1]:.2f} "
+      f"| {mb:.1f} | {int(passes)} | {ms('0.5'):.3f}, {ms('0.99'):.3f}, {ms('1'):.3f} "
+      f"| {idle * 1e3 / max(gaps, 1):.3f} |")
 PY
-kill "$server"; wait "$server" 2>/dev/null || true
+}
+echo "| clients | generated tokens | wall s | aggregate tok/s | time to first token s (median, max) | MB read per generated token | passes | engine idle between passes ms (median, p99, max) | idle mean ms |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for n in $(tr , ' ' <<< "$clients"); do
+  run_server "$work/clients$n" 0
+  clients_run "$n"
+  kill "$server"; wait "$server" 2>/dev/null || true
+done
 
 chat() {  # $1: label; a conversation re-sent whole each turn
   python3 - "$1" "$2" "$turns" "$gen" <<'PY'

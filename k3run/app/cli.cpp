@@ -24,6 +24,7 @@
 #include "k3run/app/logits_dump.h"
 #include "k3run/app/prepared_path.h"
 #include "k3run/engine/generate.h"
+#include "k3run/engine/speculation.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/engine/session.h"
 #include "k3run/stream/memory_plan.h"
@@ -114,10 +115,7 @@ Status CheckModes(const RunOptions& o) {
     if (o.effort) K3_RETURN_IF_ERROR(ValidateEffort(*o.effort));
     if (o.gen <= 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat needs > 0");
   }
-  if (o.spec < 0 || o.spec > kMaxSpec) {
-    return Status::Invalid("--spec " + std::to_string(o.spec) + ": must be in [0, " +
-                           std::to_string(kMaxSpec) + "] (0: off)");
-  }
+  K3_RETURN_IF_ERROR(CheckSpec(o.spec, o.sampling.sampling()));
   if (o.spec == 0 && (o.spec_fixed || !o.spec_oracle.empty())) {
     return Status::Invalid(std::string(o.spec_fixed ? "--spec-fixed" : "--spec-oracle") +
                            " needs --spec N");
@@ -125,11 +123,6 @@ Status CheckModes(const RunOptions& o) {
   if (o.spec > 0 && o.recompute) {
     return Status::Invalid("--spec and --recompute are exclusive: --recompute re-runs the whole "
                            "prefix every step, there is nothing to draft against");
-  }
-  if (o.spec > 0 && o.sampling.sampling()) {
-    return Status::Invalid("--spec needs greedy decoding: exact speculative sampling is not "
-                           "implemented; drop --temperature/--top-k/--top-p/--min-p/--seed or "
-                           "--spec (penalties are fine: greedy stays an argmax)");
   }
   return ValidateSamplerOptions(o.sampling);
 }

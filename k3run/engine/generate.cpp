@@ -181,15 +181,7 @@ Result<bool> Loop::Verify(std::vector<int32_t> draft, DraftPolicy* policy) {
 Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOptions& o,
                                 const StepCallback& on_step) {
   if (o.prompt.empty()) return Status::Invalid("empty prompt: give at least one token id");
-  if (o.spec < 0 || o.spec > kMaxSpec) {
-    return Status::Invalid("--spec " + std::to_string(o.spec) + ": must be in [0, " +
-                           std::to_string(kMaxSpec) + "]");
-  }
-  if (o.spec > 0 && seq->sampler().sampling()) {
-    return Status::Invalid("--spec needs greedy decoding: exact speculative sampling is not "
-                           "implemented (drop --temperature/--top-k/--top-p/--min-p/--seed, "
-                           "or --spec)");
-  }
+  K3_RETURN_IF_ERROR(CheckSpec(o.spec, seq->sampler().sampling()));
   Loop loop(engine, seq, o, on_step);
   K3_RETURN_IF_ERROR(loop.Prefill());
   std::optional<DraftPolicy> policy;

@@ -13,21 +13,11 @@ namespace k3::run {
 
 namespace {
 
-// A KDA layer's section: these four buffers, concatenated in this order.
-std::array<const std::vector<float>*, 4> KdaParts(const ops::KdaState& k) {
-  return {&k.S, &k.hist_q, &k.hist_k, &k.hist_v};
-}
-
-size_t KdaFloats(const ops::KdaState& k) {
-  size_t n = 0;
-  for (const std::vector<float>* v : KdaParts(k)) n += v->size();
-  return n;
-}
-
+// A KDA layer's section: its buffers concatenated in KdaState::Buffers() order.
 std::vector<float> KdaSection(const ops::KdaState& k) {
   std::vector<float> out;
-  out.reserve(KdaFloats(k));
-  for (const std::vector<float>* v : KdaParts(k)) out.insert(out.end(), v->begin(), v->end());
+  out.reserve(k.Floats());
+  for (const std::vector<float>* v : k.Buffers()) out.insert(out.end(), v->begin(), v->end());
   return out;
 }
 
@@ -106,9 +96,9 @@ Status Engine::LoadSequence(const std::string& path, Sequence* seq) const {
       m.len = n;
     } else {
       ops::KdaState& k = state.kda[l];
-      K3_RETURN_IF_ERROR(CheckSectionSize(path, s, KdaFloats(k)));
+      K3_RETURN_IF_ERROR(CheckSectionSize(path, s, k.Floats()));
       auto it = s.data.begin();
-      for (std::vector<float>* v : {&k.S, &k.hist_q, &k.hist_k, &k.hist_v}) {
+      for (std::vector<float>* v : k.Buffers()) {
         std::copy(it, it + static_cast<ptrdiff_t>(v->size()), v->begin());
         it += static_cast<ptrdiff_t>(v->size());
       }

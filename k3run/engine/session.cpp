@@ -371,7 +371,7 @@ Status Engine::Commit(Sequence* seq, int64_t rows) {
 uint64_t SequenceSnapshot::bytes() const {
   uint64_t n = tokens.size() * sizeof(int32_t);
   for (const ops::KdaState& k : state.kda) {
-    n += (k.S.size() + k.hist_q.size() + k.hist_k.size() + k.hist_v.size()) * sizeof(float);
+    n += k.Floats() * sizeof(float);
   }
   for (const ops::MlaCache& m : state.mla) n += m.data.size() * sizeof(float);
   return n;
@@ -412,12 +412,7 @@ Status Engine::Restore(const SequenceSnapshot& snap, Sequence* seq) const {
     to.len = from.len;
   }
   for (size_t L = 0; L < snap.state.kda.size(); ++L) {
-    ops::KdaState& to = seq->state_.kda[L];
-    const ops::KdaState& from = snap.state.kda[L];
-    to.S = from.S;
-    to.hist_q = from.hist_q;
-    to.hist_k = from.hist_k;
-    to.hist_v = from.hist_v;
+    seq->state_.kda[L] = snap.state.kda[L];  // the same engine: the same sizes
   }
   seq->state_.pos = snap.state.pos;
   seq->state_.invalid = snap.state.invalid;

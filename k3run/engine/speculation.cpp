@@ -2,10 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "k3run/engine/session.h"
 
 namespace k3::run {
+
+Status CheckSpec(int64_t spec, bool sampling) {
+  if (spec < 0 || spec > kMaxSpec) {
+    return Status::Invalid("--spec " + std::to_string(spec) + ": must be in [0, " +
+                           std::to_string(kMaxSpec) + "] (0: off)");
+  }
+  if (spec > 0 && sampling) {
+    return Status::Invalid("--spec needs greedy decoding: exact speculative sampling is not "
+                           "implemented; drop --temperature/--top-k/--top-p/--min-p/--seed or "
+                           "--spec (penalties are fine: greedy stays an argmax)");
+  }
+  return Status::Ok();
+}
 
 std::vector<int32_t> PromptLookupDraft(std::span<const int32_t> tokens, int64_t max_draft) {
   const auto L = static_cast<int64_t>(tokens.size());

@@ -22,6 +22,8 @@
 #include <span>
 #include <vector>
 
+#include "common/status.h"
+
 namespace k3::run {
 
 class Engine;
@@ -30,6 +32,10 @@ inline constexpr int kMinNgram = 2;    // a shorter match is too weak a hint
 inline constexpr int kMaxNgram = 8;
 inline constexpr int kProbeEvery = 16;
 inline constexpr int64_t kMaxSpec = 16;  // --spec's upper bound
+
+// The rules every speculative run obeys (kInvalid naming --spec otherwise): spec in [0,
+// kMaxSpec], and greedy decoding when spec > 0 (`sampling`: the sampler draws at random).
+Status CheckSpec(int64_t spec, bool sampling);
 
 // Up to max_draft tokens that followed the most recent earlier occurrence of the longest suffix
 // of `tokens` (kMinNgram..kMaxNgram long); empty when no suffix recurs.

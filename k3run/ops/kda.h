@@ -8,6 +8,8 @@
 // Thread safety: none; one state per sequence and layer.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +26,13 @@ struct KdaState {
 
   static KdaState Zero(const Dims& d);  // sized for d, all zeros (start of a sequence)
   void Reset();                         // back to zeros, keeping sizes
+  // The state's buffers in the one order every copy, reset and file section uses:
+  // S ‖ hist_q ‖ hist_k ‖ hist_v. A buffer added to the state is added here.
+  std::array<std::vector<float>*, 4> Buffers() { return {&S, &hist_q, &hist_k, &hist_v}; }
+  std::array<const std::vector<float>*, 4> Buffers() const {
+    return {&S, &hist_q, &hist_k, &hist_v};
+  }
+  size_t Floats() const;  // Σ over Buffers()
 };
 
 // One token's decay: for channel i = h·D + d, u = exp(A_log[h])·(z_i + dt_bias_i),

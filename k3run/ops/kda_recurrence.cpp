@@ -21,7 +21,13 @@ KdaState KdaState::Zero(const Dims& d) {
 }
 
 void KdaState::Reset() {
-  for (auto* v : {&S, &hist_q, &hist_k, &hist_v}) std::fill(v->begin(), v->end(), 0.0f);
+  for (std::vector<float>* v : Buffers()) std::fill(v->begin(), v->end(), 0.0f);
+}
+
+size_t KdaState::Floats() const {
+  size_t n = 0;
+  for (const std::vector<float>* v : Buffers()) n += v->size();
+  return n;
 }
 
 void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t H, int64_t D,

@@ -213,25 +213,8 @@ TEST(K3runCli, MemoryPlanRefusalIsExit2WithNumbers) {
 
 TEST(K3runCli, CorruptExpertWithVerifyReadsIsRunInvalidExit4) {
   test::TempDir tmp;
-  const std::string dir = CopyPrepared(tmp);
-  // Damage one byte of every expert of layer 1 (copy mode: experts/layer-001.bin), so whichever
-  // experts routing picks fail their XXH3-64.
-  const prepared::ExpertsIndex idx = DecodedIndex(dir);
-  ASSERT_GT(idx.n_experts, 0u);
-  std::fstream f;
-  for (uint32_t e = 0; e < idx.n_experts; ++e) {
-    const prepared::ExpertRecord& rec = idx.At(1, e);
-    const std::string path = dir + "/" + idx.files[rec.file_id];
-    f.open(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << path;
-    f.seekg(static_cast<std::streamoff>(rec.offset + 10));
-    char ch = 0;
-    f.read(&ch, 1);
-    ch = static_cast<char>(ch ^ 0x5A);
-    f.seekp(static_cast<std::streamoff>(rec.offset + 10));
-    f.write(&ch, 1);
-    f.close();
-  }
+  // One byte of every expert of layer 1 damaged: whichever experts routing picks fail XXH3-64.
+  const std::string dir = CopyTinyWithCorruptExperts(tmp.Join("prep"), 1);
   const std::string report = tmp.Join("report.json");
   const CliRun r = RunCliArgs({dir, "--ids", kPromptText, "--gen", "3", "--verify-reads",
                                "--out", report});

@@ -124,4 +124,24 @@ CliIo Stdin(std::vector<std::string> lines) {
   return io;
 }
 
+PlanOptions ContextPlan(int64_t positions) {
+  PlanOptions po;
+  po.positions = positions;
+  po.pass_rows = positions;
+  return po;
+}
+
+std::unique_ptr<run::Engine> OpenPlanned(const std::string& dir, const PlanOptions& po) {
+  Result<std::unique_ptr<run::Engine>> e = run::Engine::Open(Env::Default(), dir);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  if (!e.ok()) return nullptr;
+  const Status planned = (*e)->Plan(po);
+  EXPECT_TRUE(planned.ok()) << planned.ToString();
+  if (!planned.ok()) return nullptr;
+  const Status loaded = (*e)->LoadWeights();
+  EXPECT_TRUE(loaded.ok()) << loaded.ToString();
+  if (!loaded.ok()) return nullptr;
+  return std::move(e).value();
+}
+
 }  // namespace k3::run::testing

@@ -11,6 +11,7 @@
 #include "formats/prepared_manifest.h"
 #include "k3run/app/cli.h"
 #include "k3run/engine/model.h"
+#include "k3run/engine/session.h"
 #include "k3run/weights/weights.h"
 
 namespace k3::run::testing {
@@ -42,6 +43,12 @@ std::vector<int32_t> GenerateThrough(WeightSource* w, const ModelConfig& c, int 
 // Generates with every step's logits appended to *logits ([steps][vocab]).
 std::vector<int32_t> GenerateLogits(Engine* e, const std::vector<int32_t>& prompt, int64_t gen,
                                     bool recompute, std::vector<float>* logits, int layers = 0);
+
+// PlanOptions for a sequence of `positions` positions whose passes may hold all of them.
+PlanOptions ContextPlan(int64_t positions);
+// The engine over `dir` planned with `po` and loaded; null, with the test failed, when a step
+// fails.
+std::unique_ptr<run::Engine> OpenPlanned(const std::string& dir, const PlanOptions& po);
 
 // Runs the k3run CLI in-process. Returns the exit code; stdout chunks (one per write) and the
 // stderr text are captured.

@@ -19,21 +19,10 @@ namespace {
 using testing::SmallPreparedDir;
 using testing::TinyPreparedDir;
 
-std::unique_ptr<Engine> OpenPlanned(const std::string& dir, PlanOptions po) {
-  Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), dir);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  if (!e.ok()) return nullptr;
-  const Status s = (*e)->Plan(po);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE((*e)->LoadWeights().ok());
-  return std::move(e).value();
-}
+using testing::OpenPlanned;
 
 PlanOptions Context(int64_t positions, int64_t chunk = 0, int layers = 0) {
-  PlanOptions po;
-  po.positions = positions;
-  po.pass_rows = positions;
+  PlanOptions po = testing::ContextPlan(positions);
   po.chunk = chunk;
   po.layers = layers;
   return po;

@@ -28,18 +28,9 @@ using testing::SmallPreparedDir;
 using testing::TinyPreparedDir;
 
 std::unique_ptr<Engine> OpenPlanned(const std::string& dir, int64_t positions, int64_t chunk = 0) {
-  Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), dir);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  if (!e.ok()) return nullptr;
-  PlanOptions po;
-  po.positions = positions;
-  po.pass_rows = positions;
+  PlanOptions po = testing::ContextPlan(positions);
   po.chunk = chunk;
-  const Status s = (*e)->Plan(po);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!s.ok()) return nullptr;
-  EXPECT_TRUE((*e)->LoadWeights().ok());
-  return std::move(e).value();
+  return testing::OpenPlanned(dir, po);
 }
 
 // n ids below `vocab`, not periodic; `salt` makes different prompts.

@@ -21,15 +21,7 @@ namespace {
 using testing::TinyPreparedDir;
 
 std::unique_ptr<Engine> OpenTiny(int64_t positions) {
-  Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), TinyPreparedDir());
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  if (!e.ok()) return nullptr;
-  PlanOptions po;
-  po.positions = positions;
-  po.pass_rows = positions;
-  EXPECT_TRUE((*e)->Plan(po).ok());
-  EXPECT_TRUE((*e)->LoadWeights().ok());
-  return std::move(e).value();
+  return testing::OpenPlanned(TinyPreparedDir(), testing::ContextPlan(positions));
 }
 
 // Every row's logits of `ids` fed to a fresh sequence in one pass, then `more` one row at a time.

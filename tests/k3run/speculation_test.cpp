@@ -23,17 +23,9 @@ using testing::SmallPreparedDir;
 using testing::TinyPreparedDir;
 
 std::unique_ptr<Engine> OpenPlanned(const std::string& dir, int64_t positions, int64_t spec) {
-  Result<std::unique_ptr<Engine>> e = Engine::Open(Env::Default(), dir);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  if (!e.ok()) return nullptr;
-  PlanOptions po;
-  po.positions = positions;
-  po.pass_rows = positions;
+  PlanOptions po = testing::ContextPlan(positions);
   po.spec_rows = spec;
-  const Status s = (*e)->Plan(po);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!s.ok() || !(*e)->LoadWeights().ok()) return nullptr;
-  return std::move(e).value();
+  return testing::OpenPlanned(dir, po);
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {

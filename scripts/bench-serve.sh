@@ -11,7 +11,7 @@
 # measurable CPU from the server.
 #
 # usage: scripts/bench-serve.sh --prepared DIR [--build DIR] [--clients 1,4,8] [--gen N]
-#                               [--prompt N] [--turns N] [--threads N] -- [k3run memory flags]
+#                               [--prompt N] [--turns N (0: no chat)] [--threads N] -- [k3run memory flags]
 set -euo pipefail
 
 build=./build
@@ -154,11 +154,13 @@ print(f"| {label} | " + " ".join(f"{s:.2f}" for s in times) +
       f" | {sum(times) / len(times):.2f} | {cached} of {r['usage']['prompt_tokens']} |")
 PY
 }
-echo
-echo "| chat of $turns turns | seconds per turn | mean | last turn's prompt tokens served by the cache |"
-echo "|---|---|---|---|"
-run_server "$work/nocache" 0
-chat "no prompt cache" "$port"
-kill "$server"; wait "$server" 2>/dev/null || true
-run_server "$work/cache" 2
-chat "--prompt-cache-gb 2" "$port"
+if (( turns > 0 )); then
+  echo
+  echo "| chat of $turns turns | seconds per turn | mean | last turn's prompt tokens served by the cache |"
+  echo "|---|---|---|---|"
+  run_server "$work/nocache" 0
+  chat "no prompt cache" "$port"
+  kill "$server"; wait "$server" 2>/dev/null || true
+  run_server "$work/cache" 2
+  chat "--prompt-cache-gb 2" "$port"
+fi

@@ -11,7 +11,8 @@
 # measurable CPU from the server.
 #
 # usage: scripts/bench-serve.sh --prepared DIR [--build DIR] [--clients 1,4,8] [--gen N]
-#                               [--prompt N] [--turns N (0: no chat)] [--threads N] -- [k3run memory flags]
+#                               [--prompt N] [--turns N (0: no chat)] [--threads N]
+#                               [--ctx N (positions per sequence, 2048)] -- [k3run memory flags]
 set -euo pipefail
 
 build=./build
@@ -21,6 +22,7 @@ gen=16
 prompt=16
 turns=10
 threads=2
+ctx=2048
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -30,8 +32,9 @@ while [[ $# -gt 0 ]]; do
     --prompt) prompt=$2; shift 2 ;;
     --turns) turns=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --ctx) ctx=$2; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench-serve: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -45,7 +48,7 @@ server=""
 port=""
 run_server() {  # $1: log name, $2: prompt cache GB; sets $server (pid) and $port
   local log=$1.log
-  "$k3run" "$prepared" --serve --port 0 --max-seqs "$max" --queue "$max" --ctx 1024 \
+  "$k3run" "$prepared" --serve --port 0 --max-seqs "$max" --queue "$max" --ctx "$ctx" \
     --threads "$threads" --prompt-cache-gb "$2" "${extra[@]}" 2> "$log" &
   server=$!
   for _ in $(seq 600); do
@@ -147,6 +150,8 @@ for t in range(turns):
     t0 = time.monotonic()
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = json.loads(c.getresponse().read())
+    if "choices" not in r:
+        sys.exit(f"bench-serve: turn {t + 1}: {json.dumps(r)}")
     times.append(time.monotonic() - t0)
     messages.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
     cached = r["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "k3run/app/client_socket.h"
 #include "k3run/engine/stop_rules.h"
 
 namespace k3::run {
@@ -229,14 +230,21 @@ bool SubmitJob(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt, int
   return true;
 }
 
-void AnswerWhole(const std::shared_ptr<Job>& job, httplib::Response& res) {
+void AnswerWhole(const std::shared_ptr<Job>& job, const httplib::Request& req,
+                 httplib::Response& res) {
   ServerContext& ctx = job->ctx;
+  const ClientSocket client =
+      ClientSocket::Find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   bool done = false;
   RequestResult r;
   {
     std::unique_lock<std::mutex> lock(job->mu);
     while (!job->done && !ctx.StoppedFor(kStopGraceSeconds)) {
       job->cv.wait_for(lock, milliseconds(200));
+      if (!job->done && !job->gone.load() && client.Closed()) {
+        job->gone.store(true);
+        ctx.scheduler->Cancel(job->id);
+      }
     }
     done = job->done;
     if (done) r = job->result;

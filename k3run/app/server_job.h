@@ -51,8 +51,10 @@ struct Job {
 // Retry-After), 503 (shutting down) or 500.
 bool SubmitJob(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt, int64_t max_tokens,
                ApiError* error);
-// Non-streamed: blocks until the request ends, then fills `res` (200, or the error).
-void AnswerWhole(const std::shared_ptr<Job>& job, httplib::Response& res);
+// Non-streamed: blocks until the request ends, then fills `res` (200, or the error). A client
+// that closes its connection meanwhile cancels the request (its slot frees at the next pass).
+void AnswerWhole(const std::shared_ptr<Job>& job, const httplib::Request& req,
+                 httplib::Response& res);
 // Streamed: sets `res` up to send SSE chunks as the text is decided.
 void AnswerStream(const std::shared_ptr<Job>& job, httplib::Response& res);
 

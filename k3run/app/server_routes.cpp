@@ -45,7 +45,7 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
     return Reply(res, error);
   }
   if (r.stream) return AnswerStream(job, res);
-  AnswerWhole(job, res);
+  AnswerWhole(job, req, res);
 }
 
 void Health(const ServerContext& ctx, httplib::Response& res) {

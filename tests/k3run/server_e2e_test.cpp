@@ -340,6 +340,40 @@ TEST(Server, ClientThatLeavesFreesItsSlot) {
               line.find("cancelled") != std::string::npos) << line;
 }
 
+// A non-streamed request writes nothing until it is done: the server watches its connection,
+// and a client that closes it frees the slot at the next pass.
+TEST(Server, NonStreamedClientThatLeavesFreesItsSlot) {
+  ServerProcess s(Tiny({"--max-seqs", "1", "--queue", "4"}, "20100"));
+  ASSERT_TRUE(s.WaitReady());
+  httplib::Client c = s.Client();
+  json whole = kLongRequest;
+  whole["stream"] = false;
+  {
+    RawStream leaving(s.port(), "/v1/completions", whole.dump());
+    // Running: wait until it holds the slot.
+    bool active = false;
+    for (int i = 0; i < 600 && !active; ++i) {
+      auto m = c.Get("/metrics");
+      active = m && m->body.find("k3_active_sequences 1") != std::string::npos;
+      if (!active) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(active);
+    leaving.Close();
+  }
+  int status = 0;
+  const json r = PostJson(c, "/v1/completions",
+                          {{"prompt", Ids(kPrompt)}, {"max_tokens", 4}, {"temperature", 0}},
+                          &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 4);
+  const std::string log = s.stderr_text();
+  const size_t at = log.find("request cmpl-1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  EXPECT_TRUE(line.find("stopped") != std::string::npos ||
+              line.find("cancelled") != std::string::npos) << line;
+}
+
 TEST(Server, QueueFullAnswers429) {
   ServerProcess s(Tiny({"--max-seqs", "1", "--queue", "0"}, "20100"));
   ASSERT_TRUE(s.WaitReady());

@@ -1,8 +1,14 @@
 // The server's pieces without a server: request parsing and validation (one test per rule),
 // the streamed text (stop strings and split UTF-8 held back, chat channels), response bodies.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "k3run/app/client_socket.h"
 #include "k3run/app/openai_request.h"
 #include "k3run/app/openai_response.h"
 #include "k3run/app/server_routes.h"
@@ -168,6 +174,42 @@ TEST(OpenAiRequest, ErrorBodyShape) {
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["param"], "temperature");
   EXPECT_TRUE(j["error"]["code"].is_null());
+}
+
+// A loopback connection: the server side is found by its addresses and ports among this
+// process's descriptors, open while the client is, closed once the client closes.
+TEST(ClientSocket, FindsTheConnectionAndSeesTheClientLeave) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t n = sizeof a;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &n), 0);
+  const int server_port = ntohs(a.sin_port);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  sockaddr_in c = {};
+  n = sizeof c;
+  ASSERT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&c), &n), 0);
+  const int client_port = ntohs(c.sin_port);
+
+  EXPECT_FALSE(ClientSocket::Find("127.0.0.1", server_port, "127.0.0.1", client_port + 1).found());
+  EXPECT_FALSE(ClientSocket::Find("127.0.0.2", server_port, "127.0.0.1", client_port).found());
+  const ClientSocket s = ClientSocket::Find("127.0.0.1", server_port, "127.0.0.1", client_port);
+  ASSERT_TRUE(s.found());
+  EXPECT_FALSE(s.Closed());
+  ASSERT_EQ(::write(client, "x", 1), 1);  // unread data is not a close
+  EXPECT_FALSE(s.Closed());
+  ::close(client);
+  EXPECT_TRUE(s.Closed());
+  EXPECT_FALSE(ClientSocket().Closed());  // not found: never "closed"
+  ::close(accepted);
+  ::close(listener);
 }
 
 TEST(ServerAuth, BearerMatches) {

@@ -5,15 +5,11 @@
 #include <optional>
 #include <vector>
 
+#include "k3run/kernels/argmax.h"
+
 namespace k3::run {
 
-int32_t Greedy(const float* logits, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
-}
+int32_t Greedy(const float* logits, int64_t n) { return kernels::ArgMax(logits, n); }
 
 int64_t PositionsNeeded(int64_t prompt_len, int64_t gen) {
   return prompt_len + std::max<int64_t>(gen - 1, 0);

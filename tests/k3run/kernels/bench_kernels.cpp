@@ -30,6 +30,8 @@
 // with one x, so it stays cache-resident like here) and [896][7168] (released model), at 1 and 2
 // threads whatever --threads says; ns per call, and each path's speed-up over the scalar path
 // measured in the same run.
+// Argmax (argmax.h): greedy decoding's choice over a 163,840-entry row, the defining loop and
+// the kernel, microseconds per call and their ratio in the same run.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -46,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "k3run/kernels/argmax.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
@@ -485,6 +488,27 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Greedy decoding's argmax over a released-vocabulary row (kernels/argmax.h), cache-resident
+  // as a row just written by lm_head is: the defining loop and the kernel.
+  std::vector<float> logits(163840);
+  {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (float& v : logits) v = normal(rng);
+  }
+  for (bool reference : {true, false}) {
+    benchmark::RegisterBenchmark(reference ? "argmax/163840/reference" : "argmax/163840/kernel",
+                                 [&logits, reference](benchmark::State& s) {
+                                   for (auto _ : s) {
+                                     const int64_t n = static_cast<int64_t>(logits.size());
+                                     benchmark::DoNotOptimize(
+                                         reference ? ArgMaxReference(logits.data(), n)
+                                                   : ArgMax(logits.data(), n));
+                                   }
+                                 })
+        ->Unit(benchmark::kMicrosecond);
+  }
+
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();
@@ -513,6 +537,12 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
     }
+  }
+  const auto ref = recorder.time.find("argmax/163840/reference");
+  const auto ker = recorder.time.find("argmax/163840/kernel");
+  if (ref != recorder.time.end() && ker != recorder.time.end()) {
+    std::printf("  argmax over 163840 logits: reference loop %.1f us, kernel %.1f us (%.2fx, "
+                "same run)\n", ref->second, ker->second, ref->second / ker->second);
   }
   return 0;
 }

@@ -119,6 +119,7 @@ Result<bool> Loop::Decode(DraftPolicy* policy) {
   StepInput in{seq_, {all_.back()}, Logits::kLast};
   K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Step(std::span<StepInput>(&in, 1)));
   K3_RETURN_IF_ERROR(engine_->Commit(seq_, 1));
+  if (policy != nullptr) policy->Observe(1, pass.seconds);
   ++out_.spec.passes;
   StepRecord rec = FromPass(index, 1, pass, t0);
   rec.token = Choose(pass.LogitsOf(0, V_), all_);
@@ -142,6 +143,7 @@ Result<bool> Loop::Verify(std::vector<int32_t> draft, DraftPolicy* policy) {
   }
   const int64_t accepted = static_cast<int64_t>(chosen.size()) - 1;
   policy->Record(k, accepted);
+  policy->Observe(k + 1, pass.seconds);
   ++out_.spec.passes;
   out_.spec.drafted += k;
   out_.spec.accepted += accepted;

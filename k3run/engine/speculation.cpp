@@ -70,20 +70,38 @@ PassCost PassCost::FromEngine(const Engine& engine) {
 }
 
 DraftPolicy::DraftPolicy(int64_t max_draft, PassCost cost, bool adaptive)
-    : max_draft_(std::max<int64_t>(max_draft, 0)), cost_(cost), adaptive_(adaptive) {}
+    : max_draft_(std::max<int64_t>(max_draft, 0)),
+      cost_(cost),
+      adaptive_(adaptive),
+      seconds_(static_cast<size_t>(max_draft_ + 2), 0.0) {}
 
 double DraftPolicy::acceptance() const { return accepted_ / (accepted_ + rejected_); }
+
+double DraftPolicy::RelativeCost(int64_t rows) const {
+  const double model = cost_.Bytes(rows) / cost_.Bytes(1);
+  const double one = seconds_[1];
+  if (rows <= 1 || one <= 0) return model;
+  if (seconds_[static_cast<size_t>(rows)] > 0) return seconds_[static_cast<size_t>(rows)] / one;
+  for (int64_t r = max_draft_ + 1; r >= 2; --r) {  // the largest row count timed
+    const double t = seconds_[static_cast<size_t>(r)];
+    const double modelled = cost_.Bytes(r) / cost_.Bytes(1) - 1.0;
+    if (t <= 0 || modelled <= 0) continue;
+    const double q = std::max(t / one - 1.0, 0.0) / modelled;
+    return 1.0 + q * (model - 1.0);
+  }
+  return model;
+}
 
 int64_t DraftPolicy::Length() {
   if (max_draft_ == 0 || !adaptive_) return max_draft_;
   const double p = std::min(acceptance(), 0.999);
   int64_t best = 0;
-  double best_rate = 1.0 / cost_.Bytes(1);
+  double best_rate = 1.0;  // a plain pass: one token per one-row pass
   double tokens = 1.0, term = 1.0;  // expected tokens of a draft of d: Σ_{i ≤ d} p^i
   for (int64_t d = 1; d <= max_draft_; ++d) {
     term *= p;
     tokens += term;
-    const double rate = tokens / cost_.Bytes(d + 1);
+    const double rate = tokens / RelativeCost(d + 1);
     if (rate > best_rate) {
       best_rate = rate;
       best = d;
@@ -106,6 +124,14 @@ void DraftPolicy::Record(int64_t drafted, int64_t accepted) {
   constexpr double kDecay = 0.9;
   accepted_ = accepted_ * kDecay + static_cast<double>(accepted);
   rejected_ = rejected_ * kDecay + (accepted < drafted ? 1.0 : 0.0);
+}
+
+void DraftPolicy::Observe(int64_t rows, double seconds) {
+  if (rows < 1 || rows >= static_cast<int64_t>(seconds_.size()) || !(seconds > 0)) return;
+  // A decayed mean per row count: a pass's time varies with the cache's hits and the disk.
+  constexpr double kKeep = 0.75;
+  double& s = seconds_[static_cast<size_t>(rows)];
+  s = s > 0 ? kKeep * s + (1.0 - kKeep) * seconds : seconds;
 }
 
 }  // namespace k3::run

@@ -12,9 +12,14 @@
 // distinct expert its rows pick (r rows pick n·(1 − (1 − k/n)^r) distinct experts of n per layer
 // on average when k are picked per row; at the bench preset's 16 of 256 a 5-row pass touches ~77
 // against 16). With acceptance rate p per drafted token, a draft of d yields (1 − p^(d+1))/(1 − p)
-// tokens; DraftPolicy picks the d ≤ N with the most tokens per byte, from the running acceptance
-// rate. When that is 0 it still drafts one token every kProbeEvery passes, so the rate can
-// recover when the text turns repetitive.
+// tokens; DraftPolicy picks the d ≤ N with the most tokens per unit of pass cost, from the
+// running acceptance rate. When that is 0 it still drafts one token every kProbeEvery passes, so
+// the rate can recover when the text turns repetitive.
+// Bytes are only the prior: what an extra row really costs depends on the expert cache's hits
+// and on compute (at 1.5 GB on 2 cores the byte model priced a 5-row pass at 4.8 one-row
+// passes where forced drafts measured 3.3, and the policy drafted once in 32 passes where forced
+// drafts were 1.39x faster). So the policy times its passes (Observe) and scales the byte
+// model's extra cost per row count by what the measured passes showed.
 // Thread safety: none (one per sequence).
 #pragma once
 
@@ -61,7 +66,13 @@ class DraftPolicy {
   int64_t Length();
   // After a verifying pass: `drafted` tokens proposed, the first `accepted` kept.
   void Record(int64_t drafted, int64_t accepted);
+  // After every decode pass, plain (1 row) or verifying (drafted + 1 rows): its wall seconds.
+  void Observe(int64_t rows, double seconds);
   double acceptance() const;  // the running estimate
+  // A pass of `rows` rows in units of a one-row pass: the byte model's ratio until passes were
+  // timed, then 1 + q·(model − 1), q = measured ÷ modelled extra cost at the largest row count
+  // timed (or the measured ratio itself for a row count that was timed).
+  double RelativeCost(int64_t rows) const;
 
  private:
   int64_t max_draft_;
@@ -69,6 +80,7 @@ class DraftPolicy {
   bool adaptive_;
   double accepted_ = 1, rejected_ = 1;  // decayed counts, a weak prior of p = 0.5
   int64_t since_probe_ = 0;
+  std::vector<double> seconds_;  // [rows]: decayed mean seconds of a pass of that many rows; 0: none
 };
 
 // Per-run totals for the report.

@@ -148,6 +148,43 @@ TEST(DraftPolicy, FollowsAcceptanceAndTheCostOfARow) {
   EXPECT_LT(dear.Length(), cheap.Length());
 }
 
+// Timed passes replace the byte model's cost of an extra row: where experts dominate, the model
+// says a draft never pays; passes that took little longer per row (the expert cache's hits, the
+// work that does not grow with rows) make long drafts pay, and dear ones keep them off.
+TEST(DraftPolicy, TimedPassesReplaceTheByteModelsCostOfARow) {
+  PassCost experts_heavy;
+  experts_heavy.expert_bytes = 1e6;
+  experts_heavy.experts = 256;
+  experts_heavy.topk = 16;
+  auto policy = [&] {
+    DraftPolicy p(8, experts_heavy);
+    for (int i = 0; i < 30; ++i) p.Record(4, 2);  // p → 2/3
+    return p;
+  };
+  DraftPolicy untimed = policy();
+  EXPECT_NEAR(untimed.RelativeCost(5), experts_heavy.DistinctExperts(5) / 16.0, 1e-9);
+  EXPECT_EQ(untimed.Length(), 0);
+
+  DraftPolicy cheap = policy();
+  for (int i = 0; i < 4; ++i) cheap.Observe(1, 1.0);
+  cheap.Observe(2, 1.1);
+  EXPECT_NEAR(cheap.RelativeCost(2), 1.1, 1e-9);  // timed: the measured ratio
+  // Not timed: the model's extra cost scaled by measured ÷ modelled at 2 rows.
+  const double q = 0.1 / (experts_heavy.DistinctExperts(2) / 16.0 - 1.0);
+  EXPECT_NEAR(cheap.RelativeCost(5), 1.0 + q * (experts_heavy.DistinctExperts(5) / 16.0 - 1.0),
+              1e-9);
+  EXPECT_GE(cheap.Length(), 3);
+
+  DraftPolicy dear = policy();
+  dear.Observe(1, 1.0);
+  dear.Observe(2, 3.0);
+  EXPECT_EQ(dear.Length(), 0);
+  // Ignored: row counts past max_draft + 1, non-positive times.
+  dear.Observe(10, 0.5);
+  dear.Observe(2, 0.0);
+  EXPECT_NEAR(dear.RelativeCost(2), 3.0, 1e-9);
+}
+
 // Rollback at every kept length, 0 (drop the whole pass) to all: the sequence then continues
 // with the bits of a sequence fed only the kept rows.
 TEST(SpecRollback, CommitKeepsExactlyTheFirstRowsAtEveryLength) {

@@ -107,13 +107,15 @@ int64_t DraftPolicy::Length() {
       best = d;
     }
   }
+  probing_ = false;
   if (best > 0) {
     since_probe_ = 0;
     return best;
   }
-  if (++since_probe_ >= kProbeEvery) {
+  if (++since_probe_ >= probe_every_) {
     since_probe_ = 0;
-    return 1;
+    probing_ = true;
+    return std::min(probe_length_, max_draft_);
   }
   return 0;
 }
@@ -124,6 +126,12 @@ void DraftPolicy::Record(int64_t drafted, int64_t accepted) {
   constexpr double kDecay = 0.9;
   accepted_ = accepted_ * kDecay + static_cast<double>(accepted);
   rejected_ = rejected_ * kDecay + (accepted < drafted ? 1.0 : 0.0);
+  if (probing_) {
+    const bool kept = accepted == drafted;
+    probe_length_ = kept ? std::min(2 * probe_length_, std::max<int64_t>(max_draft_, 1)) : 1;
+    probe_every_ = kept ? std::max<int64_t>(probe_every_ / 2, 2) : kProbeEvery;
+    probing_ = false;
+  }
 }
 
 void DraftPolicy::Observe(int64_t rows, double seconds) {

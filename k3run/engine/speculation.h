@@ -14,7 +14,9 @@
 // against 16). With acceptance rate p per drafted token, a draft of d yields (1 − p^(d+1))/(1 − p)
 // tokens; DraftPolicy picks the d ≤ N with the most tokens per unit of pass cost, from the
 // running acceptance rate. When that is 0 it still drafts one token every kProbeEvery passes, so
-// the rate can recover when the text turns repetitive.
+// the rate can recover when the text turns repetitive; a probe kept whole makes the next one
+// twice as long and twice as soon (a refused one starts over), so a repetitive passage is
+// learned in a few probes rather than a few dozen.
 // Bytes are only the prior: what an extra row really costs depends on the expert cache's hits
 // and on compute (at 1.5 GB on 2 cores the byte model priced a 5-row pass at 4.8 one-row
 // passes where forced drafts measured 3.3, and the policy drafted once in 32 passes where forced
@@ -80,6 +82,8 @@ class DraftPolicy {
   bool adaptive_;
   double accepted_ = 1, rejected_ = 1;  // decayed counts, a weak prior of p = 0.5
   int64_t since_probe_ = 0;
+  int64_t probe_length_ = 1, probe_every_ = kProbeEvery;
+  bool probing_ = false;  // the last Length() was a probe
   std::vector<double> seconds_;  // [rows]: decayed mean seconds of a pass of that many rows; 0: none
 };
 

@@ -179,6 +179,41 @@ TEST(DraftPolicy, TimedPassesReplaceTheByteModelsCostOfARow) {
   dear.Observe(1, 1.0);
   dear.Observe(2, 3.0);
   EXPECT_EQ(dear.Length(), 0);
+  // Probes kept whole come twice as long and twice as soon: with a 2-row pass timed at 1.8
+  // one-row passes, drafting pays once p > 0.8; probes of 1 (pass 16) and 2 (pass 24) tokens
+  // get there, and the policy drafts at pass 25 (one-token probes every 16 passes: pass 49).
+  DraftPolicy learning(4, experts_heavy);
+  learning.Observe(1, 1.0);
+  learning.Observe(2, 1.8);
+  std::vector<std::pair<int, int64_t>> drafts;  // (pass, length)
+  for (int pass = 1; pass <= 40 && drafts.size() < 3; ++pass) {
+    const int64_t n = learning.Length();
+    if (n == 0) continue;
+    drafts.emplace_back(pass, n);
+    learning.Record(n, n);
+  }
+  ASSERT_EQ(drafts.size(), 3u);
+  EXPECT_EQ(drafts[0], std::make_pair(16, int64_t{1}));
+  EXPECT_EQ(drafts[1], std::make_pair(24, int64_t{2}));
+  EXPECT_EQ(drafts[2].first, 25);
+  // A refused probe starts over: one token, kProbeEvery passes later.
+  DraftPolicy refused(4, experts_heavy);
+  refused.Observe(1, 1.0);
+  refused.Observe(2, 1.8);
+  for (int pass = 1; pass <= kProbeEvery; ++pass) {
+    const int64_t n = refused.Length();
+    if (n > 0) refused.Record(n, 0);
+  }
+  int next = 0;
+  for (int pass = 1; pass <= kProbeEvery && next == 0; ++pass) {
+    const int64_t n = refused.Length();
+    if (n > 0) {
+      EXPECT_EQ(n, 1);
+      next = pass;
+    }
+  }
+  EXPECT_EQ(next, kProbeEvery);
+
   // Ignored: row counts past max_draft + 1, non-positive times.
   dear.Observe(10, 0.5);
   dear.Observe(2, 0.0);

@@ -4,11 +4,12 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
-
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -320,6 +321,33 @@ TEST(Session, InterruptStopsThePassInFlightAtTheNextLayerAndRefusesLaterSteps) {
   EXPECT_NE(r.status().message().find("shutting down"), std::string::npos)
       << r.status().ToString();
   EXPECT_EQ(layers.size(), 2u);  // the refused step read nothing
+}
+
+// The same from another thread during a streamed pass (reads in flight, a ring of trunk layers
+// and the expert cache busy): Step fails with "interrupted", and the engine then closes
+// without hanging. Whether the interrupt lands before the pass starts or in it, the pass of
+// 400 rows on the small model (seconds on 2 cores) is never finished.
+TEST(Session, InterruptDuringAStreamedPassLeavesTheEngineSafeToClose) {
+  PlanOptions po = testing::ContextPlan(400);
+  po.budget.trunk_gb = 0.03;
+  po.budget.cache_gb = 0.02;
+  std::unique_ptr<Engine> e = testing::OpenPlanned(testing::SmallPreparedDir(), po);
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->streaming_plan().has_value());
+  std::unique_ptr<Sequence> s = e->NewSequence();
+  std::vector<StepInput> in{{s.get(), {}, Logits::kLast}};
+  for (int32_t i = 0; i < 400; ++i) in[0].ids.push_back((i * 7919) % 4000 + 1);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    e->Interrupt();
+  });
+  Result<StepResult> r = e->Step(in);
+  stopper.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kIo);
+  EXPECT_NE(r.status().message().find("interrupted"), std::string::npos) << r.status().ToString();
+  s.reset();
+  e.reset();  // joins the reader threads: must not hang
 }
 
 // --max-seqs from the plan (PlanOptions::sequences = 0): as many sequences as the memory holds

@@ -641,7 +641,39 @@ TEST(Scheduler, SeededSampledRequestsAreReproducibleWhateverShareTheBatch) {
   EXPECT_NE(Alone(e.get(), other).ids, want[0].ids);
 }
 
-// The server's shape: an engine thread waits for work and runs passes; another thread submits.
+// The server's shape: an engine thread that waits for work and runs passes while this thread
+// submits `r` (after `delay`) and waits for its on_done.
+void RunOnEngineThread(Scheduler* sched, Request r,
+                       std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
+  std::atomic<bool> stop{false};
+  std::thread engine_thread([&] {
+    while (!stop) {
+      sched->WaitForWork();
+      EXPECT_TRUE(sched->RunPass().ok());
+    }
+  });
+  std::this_thread::sleep_for(delay);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  auto inner = r.on_done;
+  r.on_done = [&](const RequestResult& rr) {
+    if (inner) inner(rr);
+    std::lock_guard<std::mutex> l(mu);
+    done = true;
+    cv.notify_all();
+  };
+  const bool submitted = sched->Submit(std::move(r)).ok();
+  EXPECT_TRUE(submitted);
+  if (submitted) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+  }
+  stop = true;
+  sched->Wake();
+  engine_thread.join();
+}
+
 TEST(Scheduler, EngineThreadWaitsForWorkAndWakes) {
   std::unique_ptr<Engine> e = OpenPlanned(TinyPreparedDir(), 32);
   ASSERT_NE(e, nullptr);
@@ -649,33 +681,8 @@ TEST(Scheduler, EngineThreadWaitsForWorkAndWakes) {
   const Spec spec{Prompt(5, 3, V), 4, {}, {}, 0};
   const Solo want = Alone(e.get(), spec);
   Scheduler sched(e.get(), SchedulerOptions{});
-  std::atomic<bool> stop{false};
-  std::thread engine_thread([&] {
-    while (!stop) {
-      sched.WaitForWork();
-      ASSERT_TRUE(sched.RunPass().ok());
-    }
-  });
   Outcome out;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Request r = MakeRequest(spec, &out, V);
-  auto inner = r.on_done;
-  r.on_done = [&](const RequestResult& rr) {
-    inner(rr);
-    std::lock_guard<std::mutex> l(mu);
-    done = true;
-    cv.notify_all();
-  };
-  ASSERT_TRUE(sched.Submit(std::move(r)).ok());
-  {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });
-  }
-  stop = true;
-  sched.Wake();
-  engine_thread.join();
+  RunOnEngineThread(&sched, MakeRequest(spec, &out, V));
   EXPECT_EQ(out.run.ids, want.ids);
   EXPECT_TRUE(SameBits(out.run.logits, want.logits));
 }
@@ -713,33 +720,8 @@ TEST(Scheduler, IdleGapsAreTimedOnlyBetweenPassesThatFollowEachOther) {
 
   // The engine thread waits 300 ms for the next request: not a gap between passes.
   const int64_t passes_before = st.passes, gaps_before = st.idle_gaps;
-  std::atomic<bool> stop{false};
-  std::thread engine_thread([&] {
-    while (!stop) {
-      sched.WaitForWork();
-      ASSERT_TRUE(sched.RunPass().ok());
-    }
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Request r = MakeRequest(Spec{Prompt(3, 9, V), 3, {}, {}, 0}, &out[2], V);
-  auto inner = r.on_done;
-  r.on_done = [&](const RequestResult& rr) {
-    inner(rr);
-    std::lock_guard<std::mutex> l(mu);
-    done = true;
-    cv.notify_all();
-  };
-  ASSERT_TRUE(sched.Submit(std::move(r)).ok());
-  {
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });
-  }
-  stop = true;
-  sched.Wake();
-  engine_thread.join();
+  RunOnEngineThread(&sched, MakeRequest(Spec{Prompt(3, 9, V), 3, {}, {}, 0}, &out[2], V),
+                    std::chrono::milliseconds(300));
   st = sched.Stats();
   EXPECT_EQ(st.passes - passes_before, 3);
   EXPECT_EQ(st.idle_gaps - gaps_before, 2);  // within the new request only

@@ -316,6 +316,23 @@ TEST(Server, PromptCacheServesTheResentConversation) {
 const json kLongRequest = {{"prompt", Ids(kPrompt)}, {"max_tokens", 20000}, {"temperature", 0},
                            {"ignore_eos", true}, {"stream", true}};
 
+// After the first request (cmpl-1, 20000 tokens asked) was left by its client on a one-slot
+// server: the next request runs, and the first ended early (stopped or cancelled).
+void ExpectTheSlotWasFreed(const ServerProcess& s, httplib::Client& c) {
+  int status = 0;
+  const json r = PostJson(c, "/v1/completions",
+                          {{"prompt", Ids(kPrompt)}, {"max_tokens", 4}, {"temperature", 0}},
+                          &status);
+  EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 4);
+  const std::string log = s.stderr_text();
+  const size_t at = log.find("request cmpl-1:");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  EXPECT_TRUE(line.find("stopped") != std::string::npos ||
+              line.find("cancelled") != std::string::npos) << line;
+}
+
 TEST(Server, ClientThatLeavesFreesItsSlot) {
   ServerProcess s(Tiny({"--max-seqs", "1", "--queue", "4"}, "20100"));
   ASSERT_TRUE(s.WaitReady());
@@ -325,19 +342,7 @@ TEST(Server, ClientThatLeavesFreesItsSlot) {
     leaving.Close();
   }
   httplib::Client c = s.Client();
-  int status = 0;
-  const json r = PostJson(c, "/v1/completions",
-                          {{"prompt", Ids(kPrompt)}, {"max_tokens", 4}, {"temperature", 0}},
-                          &status);
-  EXPECT_EQ(status, 200) << r.dump();
-  EXPECT_EQ(r["usage"]["completion_tokens"], 4);
-  // The first request ended early (stopped or cancelled), not at its 20000 tokens.
-  const std::string log = s.stderr_text();
-  const size_t at = log.find("request cmpl-1:");
-  ASSERT_NE(at, std::string::npos) << log;
-  const std::string line = log.substr(at, log.find('\n', at) - at);
-  EXPECT_TRUE(line.find("stopped") != std::string::npos ||
-              line.find("cancelled") != std::string::npos) << line;
+  ExpectTheSlotWasFreed(s, c);
 }
 
 // A non-streamed request writes nothing until it is done: the server watches its connection,
@@ -360,18 +365,7 @@ TEST(Server, NonStreamedClientThatLeavesFreesItsSlot) {
     ASSERT_TRUE(active);
     leaving.Close();
   }
-  int status = 0;
-  const json r = PostJson(c, "/v1/completions",
-                          {{"prompt", Ids(kPrompt)}, {"max_tokens", 4}, {"temperature", 0}},
-                          &status);
-  EXPECT_EQ(status, 200) << r.dump();
-  EXPECT_EQ(r["usage"]["completion_tokens"], 4);
-  const std::string log = s.stderr_text();
-  const size_t at = log.find("request cmpl-1:");
-  ASSERT_NE(at, std::string::npos) << log;
-  const std::string line = log.substr(at, log.find('\n', at) - at);
-  EXPECT_TRUE(line.find("stopped") != std::string::npos ||
-              line.find("cancelled") != std::string::npos) << line;
+  ExpectTheSlotWasFreed(s, c);
 }
 
 TEST(Server, QueueFullAnswers429) {
@@ -468,23 +462,31 @@ TEST(Server, ApiKeyRequiredWhenSet) {
   EXPECT_EQ(s.stderr_text().find(key), std::string::npos) << "the key was logged";
 }
 
+// SIGTERM to the server while `stream` is open: it exits 0 within 5 s, without leaving a pass
+// behind; what the stream received, parsed.
+SseParse SigtermAndExpectACleanExit(ServerProcess& s, RawStream* stream) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(::kill(s.pid(), SIGTERM), 0);
+  stream->ReadToEnd(10);
+  const std::optional<int> status = s.WaitExit(10);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(status) << "still running 10 s after SIGTERM";
+  if (status) {
+    EXPECT_TRUE(WIFEXITED(*status)) << *status;
+    EXPECT_EQ(WEXITSTATUS(*status), 0) << s.stderr_text();
+  }
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(s.stderr_text().find("exiting without waiting"), std::string::npos) << s.stderr_text();
+  return ParseSse(DechunkedBody(stream->received()));
+}
+
 TEST(Server, SigtermEndsStreamsWithAnErrorAndExitsZero) {
   ServerProcess s(Tiny({}, "20100"));
   ASSERT_TRUE(s.WaitReady());
   RawStream stream(s.port(), "/v1/completions", kLongRequest.dump());
   ASSERT_TRUE(stream.ReadUntil("\"text\"", 60)) << stream.received();
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(s.pid(), SIGTERM), 0);
-  stream.ReadToEnd(10);
-  const std::optional<int> status = s.WaitExit(10);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(status) << "still running 10 s after SIGTERM";
-  EXPECT_TRUE(WIFEXITED(*status)) << *status;
-  EXPECT_EQ(WEXITSTATUS(*status), 0) << s.stderr_text();
-  EXPECT_LT(seconds, 5.0);
-  EXPECT_EQ(s.stderr_text().find("exiting without waiting"), std::string::npos) << s.stderr_text();
-  const SseParse p = ParseSse(DechunkedBody(stream.received()));
+  const SseParse p = SigtermAndExpectACleanExit(s, &stream);
   EXPECT_FALSE(p.error.is_null()) << stream.received().substr(0, 2000);
   EXPECT_FALSE(p.done);
 }
@@ -502,18 +504,7 @@ TEST(Server, SigtermInterruptsThePassInFlight) {
   RawStream stream(s.port(), "/v1/completions", request.dump());
   // The first keep-alive comes a second into the prefill pass.
   ASSERT_TRUE(stream.ReadUntil(": keep-alive", 30)) << stream.received();
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(::kill(s.pid(), SIGTERM), 0);
-  stream.ReadToEnd(10);
-  const std::optional<int> status = s.WaitExit(10);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(status) << "still running 10 s after SIGTERM";
-  EXPECT_TRUE(WIFEXITED(*status)) << *status;
-  EXPECT_EQ(WEXITSTATUS(*status), 0) << s.stderr_text();
-  EXPECT_LT(seconds, 5.0);
-  EXPECT_EQ(s.stderr_text().find("exiting without waiting"), std::string::npos) << s.stderr_text();
-  const SseParse p = ParseSse(DechunkedBody(stream.received()));
+  const SseParse p = SigtermAndExpectACleanExit(s, &stream);
   ASSERT_FALSE(p.error.is_null()) << stream.received().substr(0, 2000);
   EXPECT_EQ(p.error["code"], "shutting_down") << p.error.dump();
   EXPECT_NE(p.error["message"].get<std::string>().find("interrupted: the pass stopped before layer"),

@@ -104,8 +104,8 @@ struct Scheduler::Impl {
   PromptCache cache;
   int64_t admitted = 0;
   size_t decode_cursor = 0;  // round robin when decode rows outnumber the pass (see PlanPass)
-  // The end of the last pass while work remained; reset when a RunPass finds nothing to run
-  // (the engine thread then waits, which is not idle time between passes).
+  // The end of the last pass while work remained; reset when a RunPass finds nothing to run or
+  // WaitForWork blocks (waiting for a request is not idle time between passes).
   std::optional<Clock::time_point> last_pass_end;
 
   void RecordIdle(double seconds);

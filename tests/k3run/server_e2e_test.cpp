@@ -269,33 +269,34 @@ TEST(Server, PromptCacheServesTheResentConversation) {
     return json{{"prompt", Ids(prompt)}, {"max_tokens", 8}, {"temperature", 0},
                 {"ignore_eos", true}};
   };
-  auto second_prompt = [](const json& first) {
+  // The first turn, then the second (the first's prompt and reply, then 3 new ids): the second
+  // turn's response (null when a request failed).
+  auto two_turns = [&](ServerProcess& s, httplib::Client& c) -> json {
+    EXPECT_TRUE(s.WaitReady());
+    int status = 0;
+    const json a = PostJson(c, "/v1/completions", turn(kPrompt), &status);
+    EXPECT_EQ(status, 200) << a.dump();
+    if (status != 200) return nullptr;
     std::vector<int32_t> p = kPrompt;
-    for (int32_t id : IdsOf(first)) p.push_back(id);
+    for (int32_t id : IdsOf(a)) p.push_back(id);
     for (int32_t id : {12, 34, 56}) p.push_back(id);
-    return p;
+    const json b = PostJson(c, "/v1/completions", turn(p), &status);
+    EXPECT_EQ(status, 200) << b.dump();
+    return status == 200 ? b : json(nullptr);
   };
   std::vector<int32_t> uncached;
   {
     ServerProcess s(Tiny());
-    ASSERT_TRUE(s.WaitReady());
     httplib::Client c = s.Client();
-    int status = 0;
-    const json a = PostJson(c, "/v1/completions", turn(kPrompt), &status);
-    ASSERT_EQ(status, 200) << a.dump();
-    const json b = PostJson(c, "/v1/completions", turn(second_prompt(a)), &status);
-    ASSERT_EQ(status, 200) << b.dump();
+    const json b = two_turns(s, c);
+    ASSERT_FALSE(b.is_null());
     EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     uncached = IdsOf(b);
   }
   ServerProcess s(Tiny({"--prompt-cache-gb", "0.5"}));
-  ASSERT_TRUE(s.WaitReady());
   httplib::Client c = s.Client();
-  int status = 0;
-  const json a = PostJson(c, "/v1/completions", turn(kPrompt), &status);
-  ASSERT_EQ(status, 200) << a.dump();
-  const json b = PostJson(c, "/v1/completions", turn(second_prompt(a)), &status);
-  ASSERT_EQ(status, 200) << b.dump();
+  const json b = two_turns(s, c);
+  ASSERT_FALSE(b.is_null());
   EXPECT_EQ(IdsOf(b), uncached);
   EXPECT_GE(b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
             static_cast<int64_t>(kPrompt.size()))

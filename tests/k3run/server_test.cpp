@@ -5,6 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -332,29 +336,23 @@ namespace {
 
 // ---- The --serve flags, refused before anything listens ----
 
-TEST(ServeFlags, PromptFlagsRefused) {
-  const testing::CliRun r =
-      testing::RunCliArgs({testing::TinyPreparedDir(), "--serve", "--ids", "1,2", "--no-floor"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.stderr_text.find("--serve cannot be used with a prompt"), std::string::npos)
-      << r.stderr_text;
-}
-
-TEST(ServeFlags, MaxSeqsNeedsBatchOrServe) {
-  const testing::CliRun r =
-      testing::RunCliArgs({testing::TinyPreparedDir(), "--ids", "1,2", "--max-seqs", "2"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.stderr_text.find("--max-seqs needs --batch or --serve"), std::string::npos)
-      << r.stderr_text;
-}
-
-TEST(ServeFlags, MissingApiKeyFileRefused) {
-  const testing::CliRun r =
-      testing::RunCliArgs({testing::TinyPreparedDir(), "--serve", "--port", "0", "--ctx", "64",
-                           "--no-floor", "--api-key-file", "/nonexistent/key"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.stderr_text.find("--api-key-file"), std::string::npos) << r.stderr_text;
-  EXPECT_EQ(r.stderr_text.find("listening on"), std::string::npos) << r.stderr_text;
+// Each case: the flags after the prepared directory, and what the refusal (exit 2) must say.
+TEST(ServeFlags, RefusedWithExit2NamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--serve", "--ids", "1,2", "--no-floor"}, "--serve cannot be used with a prompt"},
+      {{"--ids", "1,2", "--max-seqs", "2"}, "--max-seqs needs --batch or --serve"},
+      {{"--serve", "--port", "0", "--ctx", "64", "--no-floor", "--api-key-file",
+        "/nonexistent/key"},
+       "--api-key-file"},
+  };
+  for (const auto& [flags, says] : cases) {
+    std::vector<std::string> args = {testing::TinyPreparedDir()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const testing::CliRun r = testing::RunCliArgs(args);
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1];
+    EXPECT_NE(r.stderr_text.find(says), std::string::npos) << r.stderr_text;
+    EXPECT_EQ(r.stderr_text.find("listening on"), std::string::npos) << r.stderr_text;
+  }
 }
 
 }  // namespace

@@ -17,8 +17,10 @@ K3RUN_BELOW = {
     'weights': {'kernels', 'ops'},
     'stream': {'kernels', 'ops', 'weights'},
     'text': set(),
-    'engine': {'kernels', 'ops', 'weights', 'stream', 'text'},
-    'app': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text'},
+    'grammar': set(),
+    'engine': {'kernels', 'ops', 'weights', 'stream', 'text', 'grammar'},
+    'serve': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar'},
+    'app': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'serve'},
 }
 TOP_BELOW = {
     'common': set(),

@@ -718,7 +718,7 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
 }
 
 // --serve: plan as a chat does (the largest default context that fits, or --ctx) for
-// --max-seqs sequences; the server loads the weights behind /health (k3run/app/server.h).
+// --max-seqs sequences; the server loads the weights behind /health (k3run/serve/server.h).
 Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, bool lines) {
   const char* other = !o.ids.empty() || o.prompt || o.prompt_file ? "a prompt (--ids, --prompt, "
                                                                     "--prompt-file)"

@@ -13,7 +13,7 @@
 //   k3run PREPARED --batch FILE [--max-seqs N] [generation, sampling, memory and output flags]
 //         (k3run/app/batch.h)
 //   k3run PREPARED --serve [--host H] [--port P] [--max-seqs N] [--queue N] [--api-key-file F]
-//         [--prompt-cache-gb G] [--ctx N] [memory flags]   (k3run/app/server.h, docs/SERVER.md)
+//         [--prompt-cache-gb G] [--ctx N] [memory flags]   (k3run/serve/server.h, docs/SERVER.md)
 //   k3run --list-presets
 // Without a memory flag every weight is held (RamWeights); with one, weights stream within the
 // budget (StreamingWeights, k3run/stream/streaming_plan.h) and the plan refuses below its minimum (exit 2).
@@ -44,7 +44,7 @@
 #include "common/cli_common.h"
 #include "common/env.h"
 #include "common/status.h"
-#include "k3run/app/server.h"
+#include "k3run/serve/server.h"
 #include "k3run/engine/sampler.h"
 #include "k3run/stream/streaming_weights.h"
 

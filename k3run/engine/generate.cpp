@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "k3run/engine/token_choice.h"
 #include "k3run/kernels/argmax.h"
 
 namespace k3::run {
@@ -33,8 +34,8 @@ class Loop {
   bool finished() const { return finished_; }
 
  private:
-  int32_t Choose(const float* logits, std::span<const int32_t> recent) {
-    return seq_->sampler().greedy() ? Greedy(logits, V_) : seq_->sampler().Next(logits, V_, recent);
+  Result<int32_t> Choose(const float* logits, std::span<const int32_t> recent) {
+    return ChooseToken(seq_, logits, V_, recent);
   }
   // Records a step (and its token, if any), runs the callback and the stop rules. False: stop.
   Result<bool> Emit(const StepRecord& rec, const float* logits);
@@ -85,7 +86,9 @@ Status Loop::Prefill() {
   K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Feed(seq_, o_.prompt, Logits::kLast));
   const float* logits = pass.LogitsOf(0, V_);
   StepRecord rec = FromPass(0, static_cast<int64_t>(o_.prompt.size()), pass, t0);
-  if (o_.gen > 0) rec.token = Choose(logits, all_);
+  if (o_.gen > 0) {
+    K3_ASSIGN_OR_RETURN(rec.token, Choose(logits, all_));
+  }
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   K3_ASSIGN_OR_RETURN(bool more, Emit(rec, logits));
   finished_ = !more;
@@ -97,10 +100,12 @@ Result<bool> Loop::Decode(DraftPolicy* policy) {
   const auto index = static_cast<int64_t>(out_.steps.size());
   if (o_.recompute) {
     // Everything so far again, from an empty sequence (the O(T²) check path).
+    std::shared_ptr<TokenConstraint> constraint = seq_->constraint();  // Reset drops it
     seq_->Reset();
+    seq_->constraint() = std::move(constraint);
     K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Feed(seq_, all_, Logits::kLast));
     StepRecord rec = FromPass(index, static_cast<int64_t>(all_.size()), pass, t0);
-    rec.token = Choose(pass.LogitsOf(0, V_), all_);
+    K3_ASSIGN_OR_RETURN(rec.token, Choose(pass.LogitsOf(0, V_), all_));
     return Emit(rec, pass.LogitsOf(0, V_));
   }
   if (policy != nullptr) {
@@ -122,7 +127,7 @@ Result<bool> Loop::Decode(DraftPolicy* policy) {
   if (policy != nullptr) policy->Observe(1, pass.seconds);
   ++out_.spec.passes;
   StepRecord rec = FromPass(index, 1, pass, t0);
-  rec.token = Choose(pass.LogitsOf(0, V_), all_);
+  K3_ASSIGN_OR_RETURN(rec.token, Choose(pass.LogitsOf(0, V_), all_));
   return Emit(rec, pass.LogitsOf(0, V_));
 }
 
@@ -137,7 +142,8 @@ Result<bool> Loop::Verify(std::vector<int32_t> draft, DraftPolicy* policy) {
   std::vector<int32_t> chosen;
   std::vector<int32_t> recent = all_;
   for (int64_t i = 0; i <= k; ++i) {
-    chosen.push_back(Choose(pass.LogitsOf(0, V_) + i * V_, recent));
+    K3_ASSIGN_OR_RETURN(const int32_t id, Choose(pass.LogitsOf(0, V_) + i * V_, recent));
+    chosen.push_back(id);
     if (i == k || chosen.back() != draft[static_cast<size_t>(i)]) break;
     recent.push_back(chosen.back());
   }
@@ -180,6 +186,11 @@ Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOpt
                                 const StepCallback& on_step) {
   if (o.prompt.empty()) return Status::Invalid("empty prompt: give at least one token id");
   K3_RETURN_IF_ERROR(CheckSpec(o.spec, seq->sampler().sampling()));
+  if (o.spec > 0 && seq->constraint() != nullptr) {
+    // Verifying a draft would need the constraint's state after each drafted id: not built.
+    return Status::Invalid("--spec cannot be combined with a grammar or JSON schema "
+                           "(--grammar, --json-schema, --tools): drop --spec");
+  }
   Loop loop(engine, seq, o, on_step);
   K3_RETURN_IF_ERROR(loop.Prefill());
   std::optional<DraftPolicy> policy;

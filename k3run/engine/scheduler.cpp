@@ -17,6 +17,7 @@
 
 #include "k3run/engine/generate.h"
 #include "k3run/engine/prompt_cache.h"
+#include "k3run/engine/token_choice.h"
 
 namespace k3::run {
 
@@ -204,6 +205,7 @@ void Scheduler::Impl::Start(Slot* slot, Waiting w) {
     slot->seq->Reset();
     slot->seq->sampler() = Sampler(slot->req.sampling, slot->req.seed, 0);
   }
+  slot->seq->constraint() = slot->req.constraint;  // it starts at the first generated token
   slot->all = slot->req.prompt;
   slot->fed = 0;
   slot->next = -1;
@@ -212,6 +214,7 @@ void Scheduler::Impl::Start(Slot* slot, Waiting w) {
   if (snap == nullptr) return;
   if (Status s = engine->Restore(*snap, slot->seq.get()); !s.ok()) {
     slot->seq->Reset();  // a cold start gives the same bits
+    slot->seq->constraint() = slot->req.constraint;
     return;
   }
   slot->fed = static_cast<int64_t>(snap->tokens.size());
@@ -280,8 +283,12 @@ std::vector<Slot*> Scheduler::Impl::PlanPass() {
 // Greedy() or the request's sampler over everything so far, exactly as Generate chooses.
 void Scheduler::Impl::Choose(Slot* slot, const float* logits) {
   const int64_t V = engine->config().vocab;
-  Sampler& sampler = slot->seq->sampler();
-  const int32_t token = sampler.greedy() ? Greedy(logits, V) : sampler.Next(logits, V, slot->all);
+  Result<int32_t> chosen = ChooseToken(slot->seq.get(), logits, V, slot->all);
+  if (!chosen.ok()) {
+    Finish(slot, FinishReason::kError, chosen.status());
+    return;
+  }
+  const int32_t token = chosen.value();
   slot->all.push_back(token);
   slot->result.generated.push_back(token);
   if (slot->result.generated.size() == 1) slot->result.first_token_seconds = Since(slot->submitted);

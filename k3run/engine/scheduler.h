@@ -61,6 +61,9 @@ struct Request {
   SamplerOptions sampling;       // greedy by default
   uint64_t seed = 0;
   std::vector<int64_t> stop_ids;
+  // What every generated token must satisfy (token_constraint.h): a JSON schema, a grammar, a
+  // forced tool call; null: unconstrained. Owned by this request alone (its state advances).
+  std::shared_ptr<TokenConstraint> constraint;
   // After each generated token, with its logits [vocab] (valid during the call). false: stop
   // (the token stays part of the output). Never called for max_tokens 0.
   std::function<bool(int32_t token, const float* logits)> on_token;

@@ -22,6 +22,7 @@ void Sequence::Reset() {
   pending_ids_.clear();
   pending_ = 0;
   pending_tentative_ = false;
+  constraint_.reset();
 }
 
 // ---- Opening ----

@@ -31,6 +31,7 @@
 #include "formats/prepared_manifest.h"
 #include "k3run/engine/model.h"
 #include "k3run/engine/sampler.h"
+#include "k3run/engine/token_constraint.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3run/stream/streaming_plan.h"
 #include "k3run/stream/streaming_weights.h"
@@ -64,6 +65,9 @@ class Sequence {
   // is not the model's (RUN INVALID). Cleared by Reset.
   bool invalid() const { return state_.invalid; }
   Sampler& sampler() { return sampler_; }
+  // What the next token must satisfy (a JSON schema, a grammar); null: anything (the default).
+  // ChooseToken (token_choice.h) applies it. Reset clears it.
+  std::shared_ptr<TokenConstraint>& constraint() { return constraint_; }
   // Back to an empty sequence (zero state, empty caches), keeping the allocations.
   void Reset();
 
@@ -77,6 +81,7 @@ class Sequence {
   int64_t pending_ = 0;
   bool pending_tentative_ = false;  // the pending rows were recorded (Commit may drop some)
   Sampler sampler_;
+  std::shared_ptr<TokenConstraint> constraint_;
 };
 
 // One sequence's rows of a pass.

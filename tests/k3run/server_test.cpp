@@ -12,11 +12,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "k3run/app/client_socket.h"
-#include "k3run/app/openai_request.h"
-#include "k3run/app/openai_response.h"
-#include "k3run/app/server_routes.h"
-#include "k3run/app/stream_text.h"
+#include "k3run/serve/client_socket.h"
+#include "k3run/serve/openai_request.h"
+#include "k3run/serve/openai_response.h"
+#include "k3run/serve/server_routes.h"
+#include "k3run/serve/stream_text.h"
 #include "k3run/engine/session.h"
 #include "tests/k3run/engine_fixture.h"
 

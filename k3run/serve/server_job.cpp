@@ -1,4 +1,4 @@
-#include "k3run/app/server_job.h"
+#include "k3run/serve/server_job.h"
 
 #include <chrono>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <random>
 
 #include "common/log.h"
-#include "k3run/app/client_socket.h"
+#include "k3run/serve/client_socket.h"
 #include "k3run/engine/stop_rules.h"
 
 namespace k3::run {

@@ -8,7 +8,7 @@
 
 #include <httplib.h>
 
-#include "k3run/app/server_context.h"
+#include "k3run/serve/server_context.h"
 
 namespace k3::run {
 

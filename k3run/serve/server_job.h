@@ -1,4 +1,4 @@
-// One completion request of the server (k3run/app/server.h), from its parsed body to its
+// One completion request of the server (k3run/serve/server.h), from its parsed body to its
 // response: the prompt's ids, the scheduler Request whose callbacks (engine thread) decide the
 // text (StreamText) and stop on a stop string or a client gone, and the two ways of answering:
 // the whole body when done, or SSE chunks as the text is decided (keep-alive comments while
@@ -16,10 +16,10 @@
 
 #include <httplib.h>
 
-#include "k3run/app/openai_request.h"
-#include "k3run/app/openai_response.h"
-#include "k3run/app/server_context.h"
-#include "k3run/app/stream_text.h"
+#include "k3run/serve/openai_request.h"
+#include "k3run/serve/openai_response.h"
+#include "k3run/serve/server_context.h"
+#include "k3run/serve/stream_text.h"
 
 namespace k3::run {
 

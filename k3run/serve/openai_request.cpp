@@ -1,5 +1,5 @@
 // OpenAI request bodies → ApiRequest (see openai_request.h).
-#include "k3run/app/openai_request.h"
+#include "k3run/serve/openai_request.h"
 
 #include <cmath>
 #include <limits>

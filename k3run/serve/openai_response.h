@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "k3run/app/openai_request.h"
-#include "k3run/app/stream_text.h"
+#include "k3run/serve/openai_request.h"
+#include "k3run/serve/stream_text.h"
 #include "k3run/engine/scheduler.h"
 
 namespace k3::run {

@@ -1,4 +1,4 @@
-// What every part of the server shares (k3run/app/server.h): the engine, the scheduler once the
+// What every part of the server shares (k3run/serve/server.h): the engine, the scheduler once the
 // weights are loaded, the served model, limits, and the lifecycle state.
 // Thread safety: the fields set before the listener starts are read-only afterwards; `phase`
 // is atomic; `scheduler` is set by the engine thread before `phase` becomes kReady (release)

@@ -1,5 +1,5 @@
 // The server's lifecycle (see server.h): bind, load behind /health, serve, shut down on a signal.
-#include "k3run/app/server.h"
+#include "k3run/serve/server.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -14,9 +14,9 @@
 #include <httplib.h>
 
 #include "common/log.h"
-#include "k3run/app/openai_request.h"
-#include "k3run/app/server_context.h"
-#include "k3run/app/server_routes.h"
+#include "k3run/serve/openai_request.h"
+#include "k3run/serve/server_context.h"
+#include "k3run/serve/server_routes.h"
 #include "k3run/engine/stop_rules.h"
 
 namespace k3::run {

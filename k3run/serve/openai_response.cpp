@@ -1,4 +1,4 @@
-#include "k3run/app/openai_response.h"
+#include "k3run/serve/openai_response.h"
 
 #include <cstdio>
 

@@ -1,10 +1,10 @@
-#include "k3run/app/server_routes.h"
+#include "k3run/serve/server_routes.h"
 
 #include <memory>
 
-#include "k3run/app/openai_request.h"
-#include "k3run/app/openai_response.h"
-#include "k3run/app/server_job.h"
+#include "k3run/serve/openai_request.h"
+#include "k3run/serve/openai_response.h"
+#include "k3run/serve/server_job.h"
 
 namespace k3::run {
 namespace {

@@ -1,4 +1,4 @@
-#include "k3run/app/stream_text.h"
+#include "k3run/serve/stream_text.h"
 
 namespace k3::run {
 

@@ -1,4 +1,4 @@
-#include "k3run/app/client_socket.h"
+#include "k3run/serve/client_socket.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -339,7 +339,11 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
     m.in = &inputs[i];
     m.index = static_cast<int64_t>(i);
     m.stops.emplace(o.stop_strings);
-    K3_RETURN_IF_ERROR(sched.Submit(MakeRequest(engine, o, ctx, &m, stop_ids, flush)).status());
+    Request req = MakeRequest(engine, o, ctx, &m, stop_ids, flush);
+    if (ctx.make_constraint) {
+      K3_ASSIGN_OR_RETURN(req.constraint, ctx.make_constraint());
+    }
+    K3_RETURN_IF_ERROR(sched.Submit(std::move(req)).status());
   }
   const auto t0 = Clock::now();
   int64_t rows = 0;

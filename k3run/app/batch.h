@@ -56,6 +56,8 @@ struct BatchContext {
   bool lines = true;                            // human lines on stderr
   uint64_t seed = 0;                            // input I samples with seed + I
   std::string isa;                              // for the report
+  // --grammar / --json-schema: each input's own constraint (app/cli_constraint.h); unset: none.
+  std::function<Result<std::shared_ptr<TokenConstraint>>()> make_constraint;
 };
 
 // Runs every input on a planned and loaded engine; writes the output lines, the dumps and the

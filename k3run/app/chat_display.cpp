@@ -10,15 +10,23 @@ Status ChatDisplay::Token(int32_t id) {
   const ChatIds& c = tmpl_.ids();
   if (id == c.open || id == c.close) {
     in_tag_ = true;
+    tag_opens_ = id == c.open;
+    tag_.clear();
     // The first tag after the generation prompt's open(think) is close(think).
     if (in_thinking_) return EndThinking();
     return Status::Ok();
   }
   if (id == c.sep) {
     in_tag_ = false;
+    // A tools section is the calls, shown by the chat once parsed (never as text).
+    if (tag_ == "tools") in_tools_ = tag_opens_;
     return Status::Ok();
   }
-  if (in_tag_ || tmpl_.IsControl(id)) return Status::Ok();
+  if (in_tag_) {
+    if (tag_.size() < 64) tag_ += tok_.TokenBytes(id);
+    return Status::Ok();
+  }
+  if (in_tools_ || tmpl_.IsControl(id)) return Status::Ok();
   if (in_thinking_ && o_.hide_thinking) return Status::Ok();
   if (in_thinking_ && !thinking_shown_) {
     thinking_shown_ = true;

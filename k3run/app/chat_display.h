@@ -1,7 +1,8 @@
 // What of a chat answer reaches stdout (k3run --chat): the reply text streamed as it is decided,
 // control tokens and tag names never shown, and the thinking channel set apart from the answer:
 // dimmed (ANSI SGR 2) on a terminal, between "<think>" and "</think>" lines otherwise, or not
-// shown at all with --hide-thinking (it is still kept in --history).
+// shown at all with --hide-thinking (it is still kept in --history). A tools section (tool
+// calls) is not text either: the chat shows the parsed calls after the reply.
 // Thread safety: one object per turn, used by one thread.
 #pragma once
 
@@ -47,6 +48,9 @@ class ChatDisplay {
   std::function<Status(std::string_view)> out_;
   Utf8Chunker chunker_;
   bool in_tag_ = false;         // between <|open|>/<|close|> and <|sep|>: a tag name, not text
+  bool tag_opens_ = false;      // that tag began with <|open|>
+  std::string tag_;             // its text so far (the first 64 bytes or more)
+  bool in_tools_ = false;       // inside open(tools) … close(tools): calls, not text
   bool in_thinking_;            // before the first <|close|> of a thinking completion
   bool thinking_shown_ = false; // the thinking block's opening was written
 };

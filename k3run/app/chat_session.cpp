@@ -50,7 +50,7 @@ class Session {
     K3_RETURN_IF_ERROR(LoadState());
     if (!messages_.empty() && messages_.back().role == "user") {
       Note("resuming the unanswered user turn of " + o_.history_path + "\n");
-      K3_RETURN_IF_ERROR(Turn());
+      K3_RETURN_IF_ERROR(Answer());
     }
     Note(std::string("chat: ") + (o_.tmpl.thinking ? "thinking_effort=" + o_.tmpl.effort
                                                     : std::string("thinking off")) +
@@ -83,7 +83,7 @@ class Session {
       }
       // Typed bytes that are not UTF-8 are replaced before encoding (DESIGN.md §6 "Text").
       messages_.push_back({"user", SanitizeUtf8(*line), ""});
-      K3_RETURN_IF_ERROR(Turn());
+      K3_RETURN_IF_ERROR(Answer());
     }
     return Status::Ok();
   }
@@ -143,12 +143,49 @@ class Session {
     return SaveHistory(io_.env, o_.history_path, messages_);
   }
 
+  // A reply, and with --tools as many more as its calls need: each call is shown on stdout,
+  // its result read from stdin (one line; end of input stops), and the model continues with
+  // the results. At most kMaxToolRounds replies per user message, so a model that calls
+  // forever cannot keep the chat from its user.
+  // --tool-choice (required or a function) forces the first reply only: the replies that
+  // continue with the results choose freely (tool_choice auto), or a forced call would repeat
+  // until the round limit.
+  static constexpr int kMaxToolRounds = 16;
+  Status Answer() {
+    for (int round = 0; round < kMaxToolRounds; ++round) {
+      K3_RETURN_IF_ERROR(Turn(/*first=*/round == 0));
+      if (!o_.tools || messages_.empty() || messages_.back().role != "assistant") break;
+      const std::vector<ToolCall> calls = messages_.back().tool_calls;
+      if (calls.empty()) break;
+      for (size_t k = 0; k < calls.size(); ++k) {
+        K3_RETURN_IF_ERROR(io_.write_stdout("[tool call " + std::to_string(k + 1) + "] " +
+                                            calls[k].name + " " + calls[k].arguments + "\n"));
+        Note("result of " + calls[k].name + " (" + calls[k].id + ")> ");
+        std::optional<std::string> result = io_.read_line();
+        if (!result) {
+          Note("\n[no result: the calls stay unanswered]\n");
+          return Save();
+        }
+        if (!result->empty() && result->back() == '\r') result->pop_back();
+        ChatMessage m{"tool", SanitizeUtf8(*result), ""};
+        m.tool_call_id = calls[k].id;
+        m.name = calls[k].name;
+        messages_.push_back(std::move(m));
+      }
+    }
+    return Status::Ok();
+  }
+
   // The sequence persists across turns: each turn renders the conversation and feeds only what
   // the sequence does not hold yet (the previous reply's last token, the new message and the
   // generation prompt). Replies keep the ids they were generated as, so the rendering extends
   // the sequence exactly; anything else (/reset, a history without state) starts it afresh.
-  Status Turn() {
-    const std::vector<int32_t> rendered = tmpl_.Render(messages_, o_.tmpl, true);
+  Status Turn(bool first = true) {
+    TemplateOptions tmpl = o_.tmpl;
+    const bool forced = tmpl.tool_choice == "required" || tmpl.tool_choice == "function";
+    if (!first && forced) tmpl.tool_choice = "auto";
+    K3_ASSIGN_OR_RETURN(const std::vector<int32_t> rendered,
+                        tmpl_.RenderChecked(messages_, tmpl, true));
     if (seq_ == nullptr) seq_ = engine_->NewSequence(o_.sampling, o_.seed, turn_ + 1);
     const std::vector<int32_t>& held = seq_->tokens();
     if (held.size() > rendered.size() || !std::equal(held.begin(), held.end(), rendered.begin())) {
@@ -186,7 +223,12 @@ class Session {
     auto on_step = [&](const StepRecord& s, const float*) -> Status {
       return s.token < 0 ? Status::Ok() : display.Token(s.token);
     };
-    K3_ASSIGN_OR_RETURN(GenerateResult r, Generate(engine_, seq_.get(), g, on_step));
+    if (o_.make_constraint && (first || !forced)) {
+      K3_ASSIGN_OR_RETURN(seq_->constraint(), o_.make_constraint());  // this reply's grammar
+    }
+    Result<GenerateResult> generated = Generate(engine_, seq_.get(), g, on_step);
+    seq_->constraint().reset();
+    K3_ASSIGN_OR_RETURN(GenerateResult r, std::move(generated));
     K3_RETURN_IF_ERROR(display.Finish());
     if (Interrupted()) Note("[answer stopped by Ctrl-C; Ctrl-C again to leave]\n");
     if (o_.progress) Note(TurnRateLine(r) + "\n");
@@ -208,6 +250,7 @@ class Session {
     if (parsed.ok()) {
       reply.content = SanitizeUtf8(parsed->content);
       reply.reasoning = SanitizeUtf8(parsed->reasoning);
+      reply.tool_calls = parsed->tool_calls;
     } else {
       Note("warning: " + parsed.status().message() + "; the reply is kept as plain text\n");
       std::vector<int32_t> text;

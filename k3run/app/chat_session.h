@@ -48,6 +48,11 @@ struct ChatOptions {
   bool progress = true;               // per-turn notices and rates on stderr
   bool hide_thinking = false;         // --hide-thinking: the thinking channel is not printed
   bool terminal = false;              // stdout is a terminal (thinking dimmed, not marked)
+  // --tools: replies may end with tool calls; each is shown, its result is read from stdin
+  // (one line) and the reply continues with the results (app/cli_constraint.h).
+  bool tools = false;
+  // --json-schema / --tool-choice: each turn's own constraint; unset: none.
+  std::function<Result<std::shared_ptr<TokenConstraint>>()> make_constraint;
 };
 
 struct ChatIo {

@@ -17,6 +17,7 @@
 #include "formats/prepared_manifest.h"
 #include "k3run/app/batch.h"
 #include "k3run/app/chat_session.h"
+#include "k3run/app/cli_constraint.h"
 #include "k3run/text/chat_template.h"
 #include "k3run/stream/cache_trace.h"
 #include "k3run/app/floor.h"
@@ -116,6 +117,11 @@ Status CheckModes(const RunOptions& o) {
     if (o.gen <= 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": chat needs > 0");
   }
   K3_RETURN_IF_ERROR(CheckSpec(o.spec, o.sampling.sampling()));
+  if (o.spec > 0 && (!o.grammar_file.empty() || !o.json_schema_file.empty() ||
+                     o.tool_choice)) {
+    return Status::Invalid("--spec cannot be combined with --grammar, --json-schema or "
+                           "--tool-choice (verifying drafts under a grammar is not built)");
+  }
   if (o.spec == 0 && (o.spec_fixed || !o.spec_oracle.empty())) {
     return Status::Invalid(std::string(o.spec_fixed ? "--spec-fixed" : "--spec-oracle") +
                            " needs --spec N");
@@ -416,13 +422,17 @@ uint64_t ChooseSeed(const RunOptions& o) {
 }
 
 Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, uint64_t seed,
-               bool lines, const std::function<Status(std::string_view)>& out) {
+               bool lines, const std::function<Status(std::string_view)>& out,
+               const CliConstraint& constraint) {
   K3_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(engine->tokenizer(), o.prepared));
   ChatOptions co;
   co.system = o.system;
   co.history_path = o.history;
+  co.tmpl = constraint.tmpl;
   co.tmpl.thinking = !o.no_think;
   co.tmpl.effort = o.effort.value_or("max");
+  co.tools = constraint.tools;
+  if (constraint.library != nullptr) co.make_constraint = [&constraint] { return constraint.Make(); };
   co.gen = o.gen;
   if (!o.history.empty()) co.state_path = o.history + ".state";
   co.sampling = o.sampling;
@@ -506,7 +516,8 @@ std::string StopReason(const RunOptions& o, const PromptRun& run, bool stopped_b
 // Phase 4: generate, streaming the bytes to stdout as they are decided.
 Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
                            const std::vector<int32_t>& prompt, uint64_t seed, bool terminal,
-                           const std::function<Status(std::string_view)>& out) {
+                           const std::function<Status(std::string_view)>& out,
+                           const CliConstraint& constraint) {
   const tok::Tokenizer* tokenizer = engine->tokenizer();
   const int64_t vocab = engine->config().vocab;
   std::unique_ptr<LogitsDump> dump;
@@ -550,6 +561,7 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   };
   std::unique_ptr<Sequence> seq = engine->NewSequence(o.sampling, seed, 0);
   if (!o.load_state.empty()) K3_RETURN_IF_ERROR(engine->LoadSequence(o.load_state, seq.get()));
+  K3_ASSIGN_OR_RETURN(seq->constraint(), constraint.Make());
   K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
   if (!o.save_state.empty()) K3_RETURN_IF_ERROR(engine->SaveSequence(*seq, o.save_state));
   K3_RETURN_IF_ERROR(shown.Finish());
@@ -680,6 +692,8 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
                                        c.vocab, o.gen));
   K3_RETURN_IF_ERROR(
       CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", JoinPath(o.prepared, "k3.json")));
+  K3_ASSIGN_OR_RETURN(const CliConstraint constraint,
+                      LoadCliConstraint(env, engine->tokenizer(), o));
   PlanOptions po = PlanOptionsFor(o, io, lines);
   if (o.cache_policy) {
     K3_ASSIGN_OR_RETURN(po.budget.policy, ParseCachePolicy(*o.cache_policy));
@@ -714,6 +728,7 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   ctx.lines = lines;
   ctx.seed = ChooseSeed(o);
   ctx.isa = kernels::IsaName(isa);
+  if (constraint.library != nullptr) ctx.make_constraint = [&constraint] { return constraint.Make(); };
   return RunBatch(engine.get(), o, inputs, ctx);
 }
 
@@ -730,6 +745,10 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
                       : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
                       : o.recompute                ? "--recompute"
                       : o.spec > 0                 ? "--spec (not yet in the scheduler)"
+                      : !o.grammar_file.empty() || !o.json_schema_file.empty() ||
+                              !o.tools_file.empty() || o.tool_choice
+                          ? "--grammar/--json-schema/--tools (requests bring tools, "
+                            "tool_choice and response_format)"
                                                    : nullptr;
   if (other) {
     return Status::Invalid(std::string("--serve cannot be used with ") + other +
@@ -771,6 +790,8 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
   std::unique_ptr<Engine> engine = std::move(opened).value();
   K3_ASSIGN_OR_RETURN(int64_t P, ResolvePrompt(*engine, o, &input));
+  K3_ASSIGN_OR_RETURN(const CliConstraint constraint,
+                      LoadCliConstraint(env, engine->tokenizer(), o));
   K3_ASSIGN_OR_RETURN(int64_t held, HeldByState(env, *engine, o));
   K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines));
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
@@ -792,10 +813,11 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     return Status::Invalid("--save-state is for prompt runs; a chat with --history saves its "
                            "state beside the transcript (HISTORY.state)");
   }
-  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out);
+  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out, constraint);
   const bool terminal = !io.write_stdout && ::isatty(1) == 1;
   K3_ASSIGN_OR_RETURN(PromptRun run,
-                      Generate(engine.get(), env, o, input.ids, seed, terminal, out));
+                      Generate(engine.get(), env, o, input.ids, seed, terminal, out,
+                               constraint));
   const RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
   return Report(env, *engine, o, r, trace.get(), lines);
 }
@@ -915,6 +937,16 @@ void AddRunControlFlags(CLI::App* app, RunOptions* o) {
                 "print special tokens ([EOS], <|reserved_token_N|>...) as text");
   app->add_flag("-v,--verbose", o->verbose,
                 "one stderr line per step (time, bytes read, expert hits); always in --out");
+  app->add_option("--grammar", o->grammar_file,
+                  "constrain the output to a GBNF grammar FILE (llama.cpp's syntax; docs/TOOLS.md)");
+  app->add_option("--json-schema", o->json_schema_file,
+                  "constrain the output to JSON matching the schema FILE (chat: the answer)");
+  app->add_option("--tools", o->tools_file,
+                  "chat: an OpenAI `tools` JSON array FILE; replies may call them, you type "
+                  "each result");
+  app->add_option("--tool-choice", o->tool_choice,
+                  "chat with --tools: auto (default), none, required, or a function's name "
+                  "(forces a call)");
   app->add_option("--spec", o->spec,
                   "speculative decoding: verify up to N prompt-lookup draft tokens per pass "
                   "(greedy only; same ids; 0: off)")

@@ -71,6 +71,12 @@ struct RunOptions {
   int64_t gen = 16;               // chat: 2048 unless --gen is given
   bool gen_set = false;
   bool recompute = false;
+  // Constrained decoding (app/cli_constraint.h): --grammar FILE and --json-schema FILE; in
+  // --chat --json-schema, --tools FILE and --tool-choice.
+  std::string grammar_file;
+  std::string json_schema_file;
+  std::string tools_file;
+  std::optional<std::string> tool_choice;
   int64_t spec = 0;               // --spec N: verify up to N prompt-lookup drafts per pass
   bool spec_fixed = false;        // --spec-fixed: always draft N when the lookup finds N
   std::string spec_oracle;        // --spec-oracle IDS: diagnostic drafts from a known continuation

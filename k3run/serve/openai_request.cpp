@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "k3run/serve/openai_tools.h"
+
 namespace k3::run {
 namespace {
 
@@ -74,11 +76,13 @@ class Fields {
 // Fields k3 does not implement: refused when they ask for something, accepted when they are the
 // default (false, 0, an empty list), so generic clients that always send them still work.
 bool RefuseUnsupported(const Fields& f, Endpoint endpoint) {
-  if (const json* v = f.Find("tools"); v && !(v->is_array() && v->empty())) {
-    return f.Fail("tools", "is not supported (no tool calls yet)");
+  if (endpoint == Endpoint::kCompletion) {
+    for (const char* key : {"tools", "tool_choice", "response_format"}) {
+      if (f.Has(key)) return f.Fail(key, "is for /v1/chat/completions only");
+    }
   }
   if (const json* v = f.Find("functions"); v && !(v->is_array() && v->empty())) {
-    return f.Fail("functions", "is not supported (no tool calls yet)");
+    return f.Fail("functions", "is not supported (the deprecated form of 'tools': use 'tools')");
   }
   if (const json* v = f.Find("logprobs"); v && !(v->is_boolean() && !v->get<bool>()) &&
                                             !(endpoint == Endpoint::kCompletion &&
@@ -97,10 +101,6 @@ bool RefuseUnsupported(const Fields& f, Endpoint endpoint) {
   }
   if (const json* v = f.Find("suffix"); v && !(v->is_string() && v->get<std::string>().empty())) {
     return f.Fail("suffix", "is not supported");
-  }
-  if (const json* v = f.Find("response_format");
-      v && !(v->is_object() && v->value("type", std::string()) == "text")) {
-    return f.Fail("response_format", "is not supported (only {\"type\": \"text\"})");
   }
   std::optional<int64_t> n;
   if (!f.Int("n", &n)) return false;
@@ -209,11 +209,13 @@ bool ParseMessages(const Fields& f, const json& body, std::vector<ChatMessage>* 
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for it
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      return f.Fail(param + ".role", "must be system, developer, user or assistant (\"" +
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" &&
+        msg.role != "tool") {
+      return f.Fail(param + ".role", "must be system, developer, user, assistant or tool (\"" +
                                          role->get<std::string>() + "\" is not supported)");
     }
     if (!ParseContent(m, param, &msg.content, error)) return false;
+    if (!ParseMessageToolParts(m, param, &msg, error)) return false;
     if (msg.role == "assistant") {
       // A client re-sending our reply may keep its thinking; the template renders it back.
       if (auto rc = m.find("reasoning_content"); rc != m.end() && rc->is_string()) {
@@ -222,7 +224,7 @@ bool ParseMessages(const Fields& f, const json& body, std::vector<ChatMessage>* 
     }
     out->push_back(std::move(msg));
   }
-  return true;
+  return CheckToolResults(*out, error);
 }
 
 // prompt: a string, an array of ids, or a one-element array of either.
@@ -330,7 +332,10 @@ bool ParseApiRequest(std::string_view body, Endpoint endpoint, ApiRequest* out, 
   }
   r.model = model.value_or("");
   if (endpoint == Endpoint::kChat) {
-    if (!ParseMessages(f, j, &r.messages, error) || !ParseEffort(f, &r)) return false;
+    if (!ParseMessages(f, j, &r.messages, error) || !ParseEffort(f, &r) ||
+        !ParseToolFields(j, &r, error)) {
+      return false;
+    }
   } else if (!ParsePrompt(f, &r)) {
     return false;
   }

@@ -3,7 +3,7 @@
 //
 // Parsing is strict on what it uses and lenient on the rest, as OpenAI clients expect: unknown
 // fields are ignored, a JSON null counts as "not given", and a used field of the wrong type or
-// value is a 400 naming it (`param`). What k3 cannot do yet (tools, logprobs, n > 1, echo, ...)
+// value is a 400 naming it (`param`). What k3 cannot do yet (logprobs, n > 1, echo, ...)
 // is a 400 "not supported" rather than silently ignored, so a client never gets an answer that
 // quietly lacks what it asked for.
 // Non-goals: checks that need the model (ids < vocab, the context, the model name): the server
@@ -37,6 +37,13 @@ ApiError BadRequest(std::string message, std::string param = "", std::string cod
 
 enum class Endpoint { kChat, kCompletion };
 
+// One function of `tools`: its name and its parameters schema (JSON text; `{"type":"object",
+// "properties":{}}` when not given).
+struct ToolSpec {
+  std::string name;
+  std::string parameters;
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                     // "" when not given
@@ -51,6 +58,14 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
   bool ignore_eos = false;               // k3/llama.cpp extension: do not stop at end tokens
+  // Tool calls and structured output (chat only; openai_tools.h). tmpl carries what the
+  // template renders of them (the declarations, the tool_choice and response_format messages).
+  std::vector<ToolSpec> tools;
+  std::string tool_choice = "none";      // none | auto | required | function (a named one)
+  std::string tool_choice_name;          // tool_choice "function": its name
+  bool parallel_tool_calls = true;
+  std::string response_format;           // "" (text) | json_object | json_schema
+  std::string response_schema;           // json_schema: the schema (JSON text)
 };
 
 // The largest request body the server reads (413 past it): a long conversation in JSON is far

@@ -52,11 +52,22 @@ const char* OpenAiFinishReason(FinishReason r) {
 }
 
 std::string CompletionBody(const ResponseMeta& m, const std::string& content,
-                           const std::string& reasoning, const Outcome& o) {
+                           const std::string& reasoning, const Outcome& o,
+                           const std::vector<ToolCallOut>& calls) {
   json choice = {{"index", 0}, {"finish_reason", o.finish_reason}, {"logprobs", nullptr}};
   if (m.endpoint == Endpoint::kChat) {
     json message = {{"role", "assistant"}, {"content", content}};
     if (m.thinking) message["reasoning_content"] = reasoning;
+    if (!calls.empty()) {
+      if (content.empty()) message["content"] = nullptr;
+      json list = json::array();
+      for (const ToolCallOut& c : calls) {
+        list.push_back({{"id", c.id},
+                        {"type", "function"},
+                        {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+      message["tool_calls"] = list;
+    }
     choice["message"] = message;
   } else {
     choice["text"] = content;
@@ -75,6 +86,21 @@ std::string DeltaChunk(const ResponseMeta& m, const TextDelta& d, bool role) {
     if (role) delta["role"] = "assistant";
     if (role || !d.content.empty()) delta["content"] = d.content;
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.tool_calls.empty()) {
+      json list = json::array();
+      for (const ToolCallDelta& t : d.tool_calls) {
+        json fn = {{"arguments", t.arguments}};
+        json piece = {{"index", t.index}};
+        if (!t.id.empty()) {
+          piece["id"] = t.id;
+          piece["type"] = "function";
+          fn["name"] = t.name;
+        }
+        piece["function"] = fn;
+        list.push_back(piece);
+      }
+      delta["tool_calls"] = list;
+    }
     choice["delta"] = delta;
   } else {
     choice["text"] = d.content;

@@ -26,7 +26,7 @@ struct ResponseMeta {
 
 // The end of a request, as the response reports it.
 struct Outcome {
-  const char* finish_reason = "stop";  // "stop" | "length"
+  const char* finish_reason = "stop";  // "stop" | "length" | "tool_calls"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;           // prompt tokens the prompt cache served
@@ -37,9 +37,18 @@ struct Outcome {
 // kCancelled and kError (the request did not complete).
 const char* OpenAiFinishReason(FinishReason r);
 
-// The whole response of a non-streamed request.
+// A whole tool call of a response (message.tool_calls[k]).
+struct ToolCallOut {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of the arguments object
+};
+
+// The whole response of a non-streamed request; `calls` become message.tool_calls (and the
+// content null when it is empty, as OpenAI answers a pure call).
 std::string CompletionBody(const ResponseMeta& m, const std::string& content,
-                           const std::string& reasoning, const Outcome& o);
+                           const std::string& reasoning, const Outcome& o,
+                           const std::vector<ToolCallOut>& calls = {});
 // One SSE event "data: {...}\n\n" carrying a delta; `role`: the first chunk of a chat stream.
 std::string DeltaChunk(const ResponseMeta& m, const TextDelta& d, bool role);
 // The last chunk with the finish reason (and the "k3" ids); with `usage` also the usage chunk

@@ -142,6 +142,8 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
   if (ctx.tokenizer != nullptr) {
     Result<ChatTemplate> t = ChatTemplate::Create(ctx.tokenizer, model);
     if (t.ok()) ctx.chat.emplace(std::move(t).value());
+    // Chat grammars name every added token, the end tokens included (structured_output.h).
+    ctx.grammars = std::make_unique<GrammarLibrary>(MakeGrammarVocabulary(*ctx.tokenizer, {}));
   }
   ctx.model = model;
   ctx.context = engine->memory_plan().positions;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "k3run/engine/grammar_constraint.h"
 #include "k3run/engine/scheduler.h"
 #include "k3run/engine/session.h"
 #include "k3run/text/chat_template.h"
@@ -31,6 +32,8 @@ struct ServerContext {
   Engine* engine = nullptr;
   const tok::Tokenizer* tokenizer = nullptr;  // null: the prepared directory has none
   std::optional<ChatTemplate> chat;           // null: no chat template tokens
+  // Compiled constraint grammars (response_format, forced tool calls); null without a tokenizer.
+  std::unique_ptr<GrammarLibrary> grammars;
   std::string model;
   int64_t context = 0;     // positions per sequence (--ctx)
   int64_t max_seqs = 1;

@@ -53,9 +53,12 @@ ApiError NotCompleted(const ServerContext& ctx, const RequestResult& r, bool fin
                                                    : "engine_error");
 }
 
-Outcome OutcomeOf(const RequestResult& r) {
+// `text`: the job's, finished (its tool calls decide "tool_calls").
+Outcome OutcomeOf(const RequestResult& r, const StreamText& text) {
   Outcome o;
   o.finish_reason = OpenAiFinishReason(r.reason);
+  // A message that ended with its tools section (at an end token) asks for the calls' results.
+  if (text.ended_with_calls() && r.reason == FinishReason::kStopId) o.finish_reason = "tool_calls";
   o.prompt_tokens = r.prompt_tokens;
   o.completion_tokens = static_cast<int64_t>(r.generated.size());
   o.cached_tokens = r.prompt_tokens - r.prompt_fed;
@@ -88,14 +91,14 @@ Request MakeRequest(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt
   q.seed = job->request.seed ? *job->request.seed
                              : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   if (!job->request.ignore_eos) q.stop_ids = EndTokenIds(job->ctx.tokenizer);
+  q.constraint = job->constraint;
   Job* j = job.get();  // the callbacks keep `job` alive through on_done
   q.on_token = [job](int32_t token, const float*) {
-    const TextDelta d = job->text.Token(token);
+    TextDelta d = job->text.Token(token);
     const bool stop = job->text.stopped();
     {
       std::lock_guard<std::mutex> lock(job->mu);
-      job->pending.content += d.content;
-      job->pending.reasoning += d.reasoning;
+      AppendDelta(&job->pending, std::move(d));
     }
     job->cv.notify_all();
     return !stop && !job->gone.load();
@@ -114,8 +117,7 @@ Request MakeRequest(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt
     LogRequest(job->request.endpoint, r);
     {
       std::lock_guard<std::mutex> lock(job->mu);
-      job->pending.content += d.content;
-      job->pending.reasoning += d.reasoning;
+      AppendDelta(&job->pending, d);
       job->result = r;
       job->done = true;
     }
@@ -134,7 +136,13 @@ bool BuildPrompt(const ServerContext& ctx, const ApiRequest& r, std::vector<int3
                           "tokens): use /v1/completions", "messages");
       return false;
     }
-    *ids = ctx.chat->Render(r.messages, r.tmpl, /*generation_prompt=*/true);
+    Result<std::vector<int32_t>> rendered =
+        ctx.chat->RenderChecked(r.messages, r.tmpl, /*generation_prompt=*/true);
+    if (!rendered.ok()) {
+      *error = BadRequest(rendered.status().message(), "messages");
+      return false;
+    }
+    *ids = std::move(rendered).value();
   } else if (r.prompt) {
     if (ctx.tokenizer == nullptr) {
       *error = BadRequest("this model has no tokenizer: send the prompt as token ids", "prompt");
@@ -180,7 +188,9 @@ bool BuildPrompt(const ServerContext& ctx, const ApiRequest& r, std::vector<int3
 Job::Job(ServerContext& c, const ApiRequest& r)
     : ctx(c), request(r),
       text(c.tokenizer, r.endpoint == Endpoint::kChat && c.chat ? &*c.chat : nullptr,
-           r.tmpl.thinking, r.stop) {
+           r.tmpl.thinking, r.stop, /*tools=*/!r.tools.empty(),
+           // Call ids: reproducible with a seed, fresh otherwise (as OpenAI's are).
+           r.seed ? *r.seed : (uint64_t{std::random_device{}()} << 32) | std::random_device{}()) {
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.model = c.model;
   meta.endpoint = r.endpoint;
@@ -253,8 +263,10 @@ void AnswerWhole(const std::shared_ptr<Job>& job, const httplib::Request& req,
     SetError(res, NotCompleted(ctx, r, done));
   } else {
     res.status = 200;
+    std::vector<ToolCallOut> calls;
+    for (const ToolCall& c : job->text.tool_calls()) calls.push_back({c.id, c.name, c.arguments});
     res.set_content(CompletionBody(job->meta, job->text.content(), job->text.reasoning(),
-                                   OutcomeOf(r)),
+                                   OutcomeOf(r, job->text), calls),
                     "application/json");
   }
   ctx.open_requests.fetch_sub(1);
@@ -298,7 +310,8 @@ bool StreamLoop(const std::shared_ptr<Job>& job, httplib::DataSink& sink) {
     }
     if (done) {
       const bool ok = OpenAiFinishReason(r.reason) != nullptr;
-      const std::string tail = ok ? FinalChunks(job->meta, OutcomeOf(r), job->request.include_usage)
+      const std::string tail = ok ? FinalChunks(job->meta, OutcomeOf(r, job->text),
+                                                job->request.include_usage)
                                   : ErrorChunk(NotCompleted(ctx, r, true));
       if (!write(tail)) return false;
       sink.done();

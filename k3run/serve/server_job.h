@@ -34,6 +34,7 @@ struct Job {
   ServerContext& ctx;
   ApiRequest request;
   ResponseMeta meta;
+  std::shared_ptr<TokenConstraint> constraint;  // structured output (structured_output.h)
   int64_t id = -1;             // the scheduler's
   int64_t submitted_ns = 0;
 

@@ -5,6 +5,7 @@
 #include "k3run/serve/openai_request.h"
 #include "k3run/serve/openai_response.h"
 #include "k3run/serve/server_job.h"
+#include "k3run/serve/structured_output.h"
 
 namespace k3::run {
 namespace {
@@ -39,7 +40,10 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
   std::vector<int32_t> prompt;
   int64_t max_tokens = 0;
   if (!BuildPrompt(ctx, r, &prompt, &max_tokens, &error)) return Reply(res, error);
+  std::shared_ptr<TokenConstraint> constraint;
+  if (!BuildConstraint(ctx, r, &constraint, &error)) return Reply(res, error);
   auto job = std::make_shared<Job>(ctx, r);
+  job->constraint = std::move(constraint);
   if (!SubmitJob(job, std::move(prompt), max_tokens, &error)) {
     if (error.http == 429) res.set_header("Retry-After", "1");
     return Reply(res, error);

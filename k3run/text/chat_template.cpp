@@ -1,15 +1,94 @@
 #include "k3run/text/chat_template.h"
 
-#include <algorithm>
 #include <optional>
+#include <string>
+
+#include "k3run/text/tool_calls.h"
 
 namespace k3::run {
 namespace {
 
-std::string Describe(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return s;
+inline constexpr std::string_view kToolDeclarationHead =
+    "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n";
+inline constexpr std::string_view kResponseFormatJson =
+    "Your response must be raw JSON data without markdown code blocks (```json) or any "
+    "additional formatting.";
+
+std::string_view Trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t\n\r\f\v");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t\n\r\f\v") - begin + 1);
+}
+
+// The encoder's internal system message: ` role="system" type="T"`, body trimmed, one segment.
+void InternalSystem(XtmlWriter& w, std::string_view type, std::string_view body) {
+  w.Open("message", Attr("role", "system") + Attr("type", type));
+  w.Text(Trim(body));
+  w.Close("message");
+  w.EndOfMessage();
+}
+
+// The tool_choice and response_format instructions (after the messages). A named function is
+// not rendered (the encoder renders nothing for it: the grammar enforces it).
+Status Instructions(const TemplateOptions& o, XtmlWriter& w) {
+  if (o.tool_choice == "required") {
+    InternalSystem(w, "tool-choice",
+                   "The system is invoked with `tool_choice=required`.\n"
+                   "You MUST call tools in the next message.");
+  } else if (o.tool_choice == "none") {
+    InternalSystem(w, "tool-choice",
+                   "The system is invoked with `tool_choice=none`.\n"
+                   "You MUST NOT call any tools in the next message.");
+  } else if (!o.tool_choice.empty() && o.tool_choice != "auto" && o.tool_choice != "function") {
+    return Status::Invalid("tool_choice \"" + o.tool_choice +
+                           "\": must be auto, none, required or function");
+  }
+  if (o.response_format == "json_object") {
+    InternalSystem(w, "response-format",
+                   "The system is invoked with `response_format=json_object`.\n" +
+                       std::string(kResponseFormatJson));
+  } else if (o.response_format == "json_schema") {
+    if (o.response_schema_json.empty()) {
+      return Status::Invalid("response_format json_schema: no schema given");
+    }
+    K3_ASSIGN_OR_RETURN(const std::string schema,
+                        CompactJson(o.response_schema_json, "response_format schema"));
+    InternalSystem(w, "response-format",
+                   "The system is invoked with `response_format=json_schema`.\n" +
+                       std::string(kResponseFormatJson) +
+                       "\nThe JSON data must match the following schema:\n```json\n" + schema +
+                       "\n```");
+  } else if (!o.response_format.empty() && o.response_format != "text") {
+    return Status::Invalid("response_format \"" + o.response_format +
+                           "\": must be text, json_object or json_schema");
+  }
+  return Status::Ok();
+}
+
+// A system, user or assistant message (tool results are rendered by RenderChecked: their
+// attributes depend on the run they are in).
+void Message(const ChatMessage& m, const TemplateOptions& o, XtmlWriter* w) {
+  w->Open("message", " role=\"" + m.role + "\"");
+  if (m.role == "assistant" && !m.ids.empty()) {
+    w->Open(o.thinking ? "think" : "response");
+    w->Ids(m.ids);
+    return;
+  }
+  if (m.role == "assistant") {
+    if (o.thinking) {
+      w->Open("think");
+      w->Text(m.reasoning);
+      w->Close("think");
+    }
+    w->Open("response");
+    w->Text(m.content);
+    w->Close("response");
+    RenderToolCalls(m.tool_calls, w);
+  } else {
+    w->Text(m.content);
+  }
+  w->Close("message");
+  w->EndOfMessage();
 }
 
 }  // namespace
@@ -43,129 +122,81 @@ Result<ChatTemplate> ChatTemplate::Create(const tok::Tokenizer* tok, const std::
   return t;
 }
 
-bool ChatTemplate::IsControl(int32_t id) const {
-  const std::string_view bytes = tok_->TokenBytes(id);
+bool IsAddedToken(const tok::Tokenizer& tok, int32_t id) {
+  const std::string_view bytes = tok.TokenBytes(id);
   if (bytes.empty()) return false;
-  const std::optional<int32_t> special = tok_->SpecialId(bytes);
+  const std::optional<int32_t> special = tok.SpecialId(bytes);
   return special && *special == id;
 }
 
-void ChatTemplate::Text(std::string_view text, std::vector<int32_t>* out) const {
-  if (text.empty()) return;
-  const std::vector<int32_t> ids = tok_->Encode(text, /*allow_special=*/false);
-  out->insert(out->end(), ids.begin(), ids.end());
-}
-
-void ChatTemplate::Open(std::string_view tag, std::string_view attrs,
-                        std::vector<int32_t>* out) const {
-  out->push_back(ids_.open);
-  Text(tag, out);
-  Text(attrs, out);
-  out->push_back(ids_.sep);
-}
-
-void ChatTemplate::Close(std::string_view tag, std::vector<int32_t>* out) const {
-  out->push_back(ids_.close);
-  Text(tag, out);
-  out->push_back(ids_.sep);
-}
-
-void ChatTemplate::Message(const ChatMessage& m, std::string_view attrs, const TemplateOptions& o,
-                           std::vector<int32_t>* out) const {
-  Open("message", attrs, out);
-  if (m.role == "assistant" && !m.ids.empty()) {
-    Open(o.thinking ? "think" : "response", "", out);
-    out->insert(out->end(), m.ids.begin(), m.ids.end());
-    return;
-  }
-  if (m.role == "assistant") {
-    if (o.thinking) {
-      Open("think", "", out);
-      Text(m.reasoning, out);
-      Close("think", out);
+Result<std::vector<int32_t>> ChatTemplate::RenderChecked(const std::vector<ChatMessage>& messages,
+                                                         const TemplateOptions& o,
+                                                         bool generation_prompt) const {
+  std::vector<int32_t> out;
+  XtmlWriter w(tok_, ids_, &out);
+  if (!o.tools_json.empty()) {
+    K3_ASSIGN_OR_RETURN(const std::string tools, CompactJson(o.tools_json, "tools"));
+    if (tools.empty() || tools[0] != '[') return Status::Invalid("tools: not a JSON array");
+    if (tools != "[]") {
+      InternalSystem(w, "tool-declare", std::string(kToolDeclarationHead) + tools + "\n```");
     }
-    Open("response", "", out);
-    Text(m.content, out);
-    Close("response", out);
-  } else {
-    Text(m.content, out);
   }
-  Close("message", out);
-  out->push_back(ids_.end_of_msg);
+  if (o.thinking) {
+    // One text segment: BPE merges across "=max" (upstream encodes it whole).
+    w.Open("message", " role=\"system\" type=\"thinking-effort\"");
+    w.Text(std::string(kThinkingEffortBody) + o.effort + "`.");
+    w.Close("message");
+    w.EndOfMessage();
+  }
+  const ChatMessage* caller = nullptr;  // the last assistant message: tool results answer it
+  int64_t results_since_caller = 0;
+  for (size_t i = 0; i < messages.size();) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "tool") {
+      Message(m, o, &w);
+      if (m.role == "assistant") {
+        caller = &m;
+        results_since_caller = 0;
+      }
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < messages.size() && messages[end].role == "tool") ++end;
+    K3_ASSIGN_OR_RETURN(const std::vector<ToolResultSlot> slots,
+                        OrderToolResults(messages, i, end, caller, results_since_caller));
+    for (const ToolResultSlot& slot : slots) {
+      w.Open("message", Attr("role", "tool") + Attr("tool", slot.name) +
+                            Attr("index", std::to_string(slot.index)));
+      w.Text(messages[slot.message].content);
+      w.Close("message");
+      w.EndOfMessage();
+    }
+    results_since_caller += static_cast<int64_t>(end - i);
+    i = end;
+  }
+  K3_RETURN_IF_ERROR(Instructions(o, w));
+  if (generation_prompt) {
+    w.Open("message", " role=\"assistant\"");
+    w.Open(o.thinking ? "think" : "response");
+  }
+  return out;
 }
 
 std::vector<int32_t> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                           const TemplateOptions& o, bool generation_prompt) const {
-  std::vector<int32_t> out;
-  if (o.thinking) {
-    ChatMessage effort{"system", std::string(kThinkingEffortBody) + o.effort + "`.", "", {}};
-    // One text segment: BPE merges across "=max" (upstream encodes it whole).
-    Message(effort, " role=\"system\" type=\"thinking-effort\"", o, &out);
-  }
-  for (const ChatMessage& m : messages) {
-    Message(m, " role=\"" + m.role + "\"", o, &out);
-  }
-  if (generation_prompt) {
-    Open("message", " role=\"assistant\"", &out);
-    Open(o.thinking ? "think" : "response", "", &out);
-  }
-  return out;
+  Result<std::vector<int32_t>> ids = RenderChecked(messages, o, generation_prompt);
+  return ids.ok() ? std::move(ids).value() : std::vector<int32_t>();
 }
 
 Result<Completion> ChatTemplate::Parse(std::span<const int32_t> c, bool thinking) const {
-  // The control structure expected after each payload, as ids.
-  std::vector<int32_t> boundary;  // close(think) open(response)
-  Close("think", &boundary);
-  Open("response", "", &boundary);
-  std::vector<int32_t> closure;  // close(response) close(message)
-  Close("response", &closure);
-  Close("message", &closure);
-
-  size_t pos = 0;
-  // A payload runs to the first control id, which must start `expect` exactly.
-  auto payload = [&](const std::vector<int32_t>& expect, const char* what,
-                     std::string* bytes) -> Status {
-    size_t end = pos;
-    while (end < c.size() && !IsControl(c[end])) ++end;
-    if (end == c.size()) {
-      return Status::Invalid(std::string("completion: the ") + what + " payload starting at id " +
-                             std::to_string(pos) + " never ends (no control token follows; " +
-                             "generation limit reached?)");
-    }
-    if (c.size() - end < expect.size() ||
-        !std::equal(expect.begin(), expect.end(), c.begin() + static_cast<std::ptrdiff_t>(end))) {
-      return Status::Invalid(std::string("completion: control id ") + std::to_string(c[end]) +
-                             " at position " + std::to_string(end) + " inside the " + what +
-                             " payload; expected the sequence " + Describe(expect) +
-                             " there (control tokens are not allowed inside a payload)");
-    }
-    const std::vector<int32_t> ids(c.begin() + static_cast<std::ptrdiff_t>(pos),
-                                   c.begin() + static_cast<std::ptrdiff_t>(end));
-    *bytes = tok_->Decode(ids);
-    pos = end + expect.size();
-    return Status::Ok();
-  };
-  Completion out;
-  if (thinking) K3_RETURN_IF_ERROR(payload(boundary, "think", &out.reasoning));
-  K3_RETURN_IF_ERROR(payload(closure, "response", &out.content));
-  if (pos >= c.size()) {
-    return Status::Invalid("completion: the message closure at position " +
-                           std::to_string(pos) + " is not followed by [EOS] (" +
-                           std::to_string(ids_.eos) + ") or <|end_of_msg|> (" +
-                           std::to_string(ids_.end_of_msg) + ")");
+  CompletionParser parser(tok_, ids_, CompletionParserOptions{thinking, 0});
+  for (int32_t id : c) parser.Feed(id);
+  ParsedCompletion r = parser.Finish();
+  if (r.finish != FinishKind::kStop && r.finish != FinishKind::kToolCalls) {
+    return Status::Invalid(r.error);
   }
-  if (c[pos] != ids_.eos && c[pos] != ids_.end_of_msg) {
-    return Status::Invalid("completion: id " + std::to_string(c[pos]) + " at position " +
-                           std::to_string(pos) + " after the message closure; only [EOS] (" +
-                           std::to_string(ids_.eos) + ") or <|end_of_msg|> (" +
-                           std::to_string(ids_.end_of_msg) + ") may end a message");
-  }
-  if (pos + 1 != c.size()) {
-    return Status::Invalid("completion: " + std::to_string(c.size() - pos - 1) +
-                           " id(s) after the end id at position " + std::to_string(pos) +
-                           "; a completion ends at its first end id");
-  }
-  return out;
+  return Completion{std::move(r.content), std::move(r.reasoning), std::move(r.tool_calls)};
 }
 
 }  // namespace k3::run

@@ -1,28 +1,34 @@
 // The K3 chat template ("XTML", ORIGINAL-ENGINE.md §6), rendered straight to token ids, and the
-// parser of a completion.
+// parser of a completion. Tool calls, tool results and the structured-output instructions follow
+// the released encoder (docs/TOOLS.md; the XTML helpers and the completion grammar live in
+// k3run/text/tool_calls.h).
 //
 // Layout (control tokens in <|…|>, everything else is text):
 //   open(tag, attrs)  = <|open|> tag attrs <|sep|>
 //   close(tag)        = <|close|> tag <|sep|>
 //   message           = open("message", ` role="R"`) body close("message") <|end_of_msg|>
 //   assistant body    = open("think") reasoning close("think") open("response") content
-//                       close("response")          (thinking off: the response part only)
-//   thinking on       : first a system message with ` role="system" type="thinking-effort"`
+//                       close("response") [tools section]   (thinking off: no think part)
+//   thinking on       : a system message with ` role="system" type="thinking-effort"`
 //                       whose body is kThinkingEffortBody with E = low|high|max
 //   generation prompt : open("message", ` role="assistant"`) then open("think"), or
 //                       open("response") with thinking off.
 //   assistant with ids: the generation prompt then the ids as generated (ChatMessage::ids), so
 //                       Render(messages + reply) extends exactly what the sequence was fed.
+// Order of a prompt: the tool declaration (when tools are given), the thinking-effort message,
+// the messages, the tool_choice / response_format instructions, the generation prompt.
 // Control tokens are found by content in the tokenizer (never hard-coded ids: synthetic
 // checkpoints place them elsewhere). Text segments (tag, attrs, content, the effort body: each
 // one segment) are encoded with allow_special = false, so text such as "<|end_of_msg|>" typed
 // by a user stays text.
 // A completion (the ids generated after the generation prompt) parses as
-//   thinking on : reasoning close(think) open(response) content close(response) close(message) END
-//   thinking off: content close(response) close(message) END
+//   thinking on : reasoning close(think) open(response) content close(response) [tools]
+//                 close(message) END
+//   thinking off: content close(response) [tools] close(message) END
 // where END is exactly one of [EOS] and <|end_of_msg|> and nothing follows; an added (control)
-// token anywhere inside reasoning or content is refused.
-// Non-goals: tool calls, media, the Jinja template text itself.
+// token anywhere inside reasoning or content is refused. Parse runs the incremental
+// CompletionParser (tool_calls.h) over the whole completion: one grammar.
+// Non-goals: media, the Jinja template text itself (K3 ships none).
 // Thread safety: immutable after Create.
 #pragma once
 
@@ -37,18 +43,34 @@
 
 namespace k3::run {
 
+// One call of an assistant message (OpenAI's tool_calls[k]).
+struct ToolCall {
+  std::string id;         // OpenAI's call id ("call_…"); tool results name it
+  std::string name;       // the function
+  std::string arguments;  // JSON text, as OpenAI sends it (normally an object)
+};
+
 struct ChatMessage {
-  std::string role;       // "system", "user" or "assistant"
+  std::string role;       // "system", "user", "assistant" or "tool"
   std::string content;
   std::string reasoning;  // assistant only; "" when none
   // assistant only: the ids the reply was generated as (after the generation prompt). When
   // present, Render emits the generation prompt then these ids, instead of re-encoding the text.
   std::vector<int32_t> ids = {};
+  std::vector<ToolCall> tool_calls = {};  // assistant only: its calls, in order
+  std::string tool_call_id = {};          // tool only: the call this result answers
+  std::string name = {};                  // tool only, optional: the function's name
 };
 
 struct TemplateOptions {
   bool thinking = true;
   std::string effort = "max";  // low | high | max (medium is refused, as upstream's encoder)
+  // The OpenAI `tools` array as JSON text ("" or "[]": none); rendered canonicalised (keys
+  // sorted at every depth, no spaces: Python json.dumps(sort_keys, separators=(',', ':'))).
+  std::string tools_json = {};
+  std::string tool_choice = {};      // "" | auto | none | required | function (a named one)
+  std::string response_format = {};  // "" | text | json_object | json_schema
+  std::string response_schema_json = {};  // json_schema: the schema object (json_schema.schema)
 };
 
 // Refuses efforts other than low/high/max (kInvalid naming --thinking-effort).
@@ -66,7 +88,11 @@ struct ChatIds {
 struct Completion {
   std::string content;    // raw bytes of the response payload
   std::string reasoning;  // raw bytes of the think payload (thinking on)
+  std::vector<ToolCall> tool_calls = {};  // the tools section's calls (arguments: JSON objects)
 };
+
+// True for any added token of the tokenizer (<|open|>, [BOS], reserved ones, …).
+bool IsAddedToken(const tok::Tokenizer& tok, int32_t id);
 
 class ChatTemplate {
  public:
@@ -74,21 +100,24 @@ class ChatTemplate {
   // the missing one and `source` otherwise.
   static Result<ChatTemplate> Create(const tok::Tokenizer* tok, const std::string& source);
 
+  // kInvalid for a tool message whose call cannot be found ("message M: …", M from 0), tools or
+  // a schema that is not JSON (or tools not an array), an unknown tool_choice/response_format.
+  Result<std::vector<int32_t>> RenderChecked(const std::vector<ChatMessage>& messages,
+                                             const TemplateOptions& o,
+                                             bool generation_prompt) const;
+  // RenderChecked for callers whose input cannot fail (no tool messages, no JSON options):
+  // its ids, or empty when it fails.
   std::vector<int32_t> Render(const std::vector<ChatMessage>& messages, const TemplateOptions& o,
                               bool generation_prompt) const;
+  // A whole completion: kInvalid naming what and where unless it ends with END.
   Result<Completion> Parse(std::span<const int32_t> completion, bool thinking) const;
 
   const ChatIds& ids() const { return ids_; }
-  // True for any added token of the tokenizer (the five above, [BOS], reserved ones, …).
-  bool IsControl(int32_t id) const;
+  const tok::Tokenizer& tokenizer() const { return *tok_; }
+  bool IsControl(int32_t id) const { return IsAddedToken(*tok_, id); }
 
  private:
   explicit ChatTemplate(const tok::Tokenizer* tok) : tok_(tok) {}
-  void Text(std::string_view text, std::vector<int32_t>* out) const;
-  void Open(std::string_view tag, std::string_view attrs, std::vector<int32_t>* out) const;
-  void Close(std::string_view tag, std::vector<int32_t>* out) const;
-  void Message(const ChatMessage& m, std::string_view attrs, const TemplateOptions& o,
-               std::vector<int32_t>* out) const;
 
   const tok::Tokenizer* tok_;
   ChatIds ids_;

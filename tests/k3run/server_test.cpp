@@ -120,14 +120,100 @@ TEST(OpenAiRequest, SamplerRangesNameTheField) {
 }
 
 TEST(OpenAiRequest, UnsupportedFeaturesRefused) {
-  EXPECT_EQ(ParseError(Chat(R"("tools":[{"type":"function"}])")).param, "tools");
   EXPECT_EQ(ParseError(Chat(R"("logprobs":true)")).param, "logprobs");
   EXPECT_EQ(ParseError(Chat(R"("n":2)")).param, "n");
-  EXPECT_EQ(ParseError(Chat(R"("response_format":{"type":"json_object"})")).param,
-            "response_format");
+  EXPECT_EQ(ParseError(Chat(R"("functions":[{"name":"f"}])")).param, "functions");
   ParseOk(Chat(R"("logprobs":false,"n":1,"response_format":{"type":"text"})"));
-  EXPECT_NE(ParseError(Chat(R"("tools":[{"type":"function"}])")).message.find("not supported"),
-            std::string::npos);
+  // Completions take no chat-only fields.
+  EXPECT_EQ(ParseError(R"({"prompt":"x","tools":[]})", Endpoint::kCompletion).param, "tools");
+  EXPECT_EQ(ParseError(R"({"prompt":"x","response_format":{"type":"json_object"}})",
+                       Endpoint::kCompletion).param, "response_format");
+}
+
+const char kTool[] =
+    R"({"type":"function","function":{"name":"get_weather","description":"d",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})";
+
+TEST(OpenAiRequest, ToolsAndToolChoice) {
+  ApiRequest r = ParseOk(Chat(std::string(R"("tools":[)") + kTool + "]"));
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0].name, "get_weather");
+  EXPECT_EQ(r.tool_choice, "auto");  // OpenAI's default with tools
+  EXPECT_TRUE(r.parallel_tool_calls);
+  EXPECT_NE(r.tmpl.tools_json.find("get_weather"), std::string::npos);
+  EXPECT_EQ(r.tmpl.tool_choice, "auto");
+  r = ParseOk(Chat(std::string(R"("tools":[)") + kTool +
+                   R"(],"tool_choice":{"type":"function","function":{"name":"get_weather"}},)"
+                   R"("parallel_tool_calls":false)"));
+  EXPECT_EQ(r.tool_choice, "function");
+  EXPECT_EQ(r.tool_choice_name, "get_weather");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  r = ParseOk(Chat(std::string(R"("tools":[)") + kTool + R"(],"tool_choice":"required")"));
+  EXPECT_EQ(r.tool_choice, "required");
+  EXPECT_EQ(ParseOk(Chat("")).tool_choice, "none");  // no tools: none
+  // A tool without parameters gets the empty object schema.
+  r = ParseOk(Chat(R"("tools":[{"type":"function","function":{"name":"f"}}])"));
+  EXPECT_EQ(r.tools[0].parameters, R"({"type":"object","properties":{}})");
+}
+
+TEST(OpenAiRequest, BadToolFieldsNameTheField) {
+  const std::string t = std::string(R"("tools":[)") + kTool + "]";
+  EXPECT_EQ(ParseError(Chat(R"("tools":{"a":1})")).param, "tools");
+  EXPECT_EQ(ParseError(Chat(R"("tools":[1])")).param, "tools[0]");
+  EXPECT_EQ(ParseError(Chat(R"("tools":[{"type":"retrieval"}])")).param, "tools[0].type");
+  EXPECT_EQ(ParseError(Chat(R"("tools":[{"type":"function","function":{"name":"a b"}}])")).param,
+            "tools[0].function.name");
+  EXPECT_EQ(ParseError(Chat(R"("tools":[{"type":"function","function":{"name":"f"}},)"
+                            R"({"type":"function","function":{"name":"f"}}])")).param,
+            "tools[1].function.name");
+  EXPECT_EQ(ParseError(Chat(R"("tools":[{"type":"function","function":{"name":"f",)"
+                            R"("parameters":[1]}}])")).param,
+            "tools[0].function.parameters");
+  EXPECT_EQ(ParseError(Chat(t + R"(,"tool_choice":"sometimes")")).param, "tool_choice");
+  const ApiError unknown =
+      ParseError(Chat(t + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"));
+  EXPECT_EQ(unknown.param, "tool_choice");
+  EXPECT_NE(unknown.message.find("\"nope\""), std::string::npos) << unknown.message;
+  EXPECT_EQ(ParseError(Chat(R"("tool_choice":"required")")).param, "tool_choice");
+  EXPECT_EQ(ParseError(Chat(t + R"(,"parallel_tool_calls":1)")).param, "parallel_tool_calls");
+  EXPECT_EQ(ParseError(Chat(R"("response_format":{"type":"xml"})")).param,
+            "response_format.type");
+  EXPECT_EQ(ParseError(Chat(R"("response_format":{"type":"json_schema"})")).param,
+            "response_format.json_schema");
+  EXPECT_EQ(ParseError(Chat(R"("response_format":{"type":"json_schema","json_schema":{}})")).param,
+            "response_format.json_schema.schema");
+  EXPECT_EQ(ParseError(Chat(t + R"(,"tool_choice":"required","response_format":)"
+                                R"({"type":"json_object"})")).param,
+            "response_format");
+}
+
+TEST(OpenAiRequest, ToolMessages) {
+  const ApiRequest r = ParseOk(
+      R"({"messages":[{"role":"user","content":"w?"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",)"
+      R"("function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},)"
+      R"({"role":"tool","tool_call_id":"call_1","content":"21C"}]})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  // A tool message must answer a call of the assistant message before it.
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":"w?"},)"
+                       R"({"role":"tool","tool_call_id":"call_1","content":"x"}]})").param,
+            "messages[1].tool_call_id");
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":"w?"},)"
+                       R"({"role":"assistant","tool_calls":[{"id":"a","type":"function",)"
+                       R"("function":{"name":"f","arguments":"{}"}}]},)"
+                       R"({"role":"tool","tool_call_id":"b","content":"x"}]})").param,
+            "messages[2].tool_call_id");
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":"w?"},)"
+                       R"({"role":"tool","content":"x"}]})").param,
+            "messages[1].tool_call_id");
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":"w?","tool_calls":[]}]})").param,
+            "messages[0].tool_calls");
 }
 
 TEST(OpenAiRequest, Roles) {
@@ -139,7 +225,7 @@ TEST(OpenAiRequest, Roles) {
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[1].content, "ab");
   EXPECT_EQ(r.messages[2].reasoning, "r");
-  EXPECT_EQ(ParseError(R"({"messages":[{"role":"tool","content":"x"}]})").param,
+  EXPECT_EQ(ParseError(R"({"messages":[{"role":"function","content":"x"}]})").param,
             "messages[0].role");
   EXPECT_EQ(ParseError(R"({"messages":[]})").param, "messages");
   EXPECT_EQ(ParseError(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})")

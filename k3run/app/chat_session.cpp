@@ -48,7 +48,7 @@ class Session {
   Status Run() {
     K3_RETURN_IF_ERROR(LoadInitial());
     K3_RETURN_IF_ERROR(LoadState());
-    if (!messages_.empty() && messages_.back().role == "user") {
+    if (!messages_.empty() && (messages_.back().role == "user" || messages_.back().role == "tool")) {
       Note("resuming the unanswered user turn of " + o_.history_path + "\n");
       K3_RETURN_IF_ERROR(Answer());
     }

@@ -1,6 +1,7 @@
 #include "k3run/app/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -254,6 +255,31 @@ json SpeculationJson(const RunReport& r) {
                d.steps > 0 ? json(double(d.bytes.total()) / double(d.steps)) : json(nullptr)}};
 }
 
+namespace {
+
+// Median, p99 and max in ms of `seconds` (by rank: the value at ceil(q·n) − 1 of the sorted).
+json QuantilesMs(std::vector<double> seconds) {
+  if (seconds.empty()) return json(nullptr);
+  std::sort(seconds.begin(), seconds.end());
+  auto at = [&](double q) {
+    const auto n = static_cast<double>(seconds.size());
+    const auto i = static_cast<size_t>(std::max(0.0, std::ceil(q * n) - 1));
+    return seconds[std::min(i, seconds.size() - 1)] * 1e3;
+  };
+  return json{{"median_ms", at(0.5)}, {"p99_ms", at(0.99)}, {"max_ms", seconds.back() * 1e3}};
+}
+
+// The constraint's cost per token: computing each mask (its own thread, during the pass) and
+// what choosing the token waited for it and spent applying it (the engine's thread).
+json ConstraintJson(const RunReport& r) {
+  if (!r.constraint) return json(nullptr);
+  return json{{"tokens", r.constraint->wait_seconds.size()},
+              {"mask_compute", QuantilesMs(r.constraint->compute_seconds)},
+              {"choice_wait", QuantilesMs(r.constraint->wait_seconds)}};
+}
+
+}  // namespace
+
 std::string RenderReportJson(const RunReport& r) {
   json failures = json::array();
   for (const ExpertFailure& f : r.failures) {
@@ -295,6 +321,7 @@ std::string RenderReportJson(const RunReport& r) {
       {"experts_skipped", r.experts_skipped},
       {"expert_failures", failures},
       {"valid", r.experts_skipped == 0 && r.failures.empty()},
+      {"constraint", ConstraintJson(r)},
   };
   return j.dump(2) + "\n";
 }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "k3run/app/floor.h"
+#include "k3run/engine/grammar_constraint.h"
 #include "k3run/engine/generate.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3run/stream/streaming_plan.h"
@@ -60,6 +61,8 @@ struct RunReport {
   // expert record's size.
   uint64_t weights_used_per_pass = 0;
   uint64_t expert_record_bytes = 0;
+  // --grammar / --json-schema: each token's mask computation and the choice's wait for it.
+  std::optional<GrammarConstraint::Timing> constraint;
 };
 
 std::string RenderReportJson(const RunReport& r);

@@ -1,5 +1,6 @@
 #include "k3run/engine/grammar_constraint.h"
 
+#include <chrono>
 #include <cmath>
 
 namespace k3::run {
@@ -28,6 +29,8 @@ GrammarVocabulary MakeGrammarVocabulary(const tok::Tokenizer& tok,
       out.special_names.emplace_back(bytes);
     }
   }
+  // The trie costs ~0.1 s at the released vocabulary: once per vocabulary, not per grammar.
+  out.trie = grammar::TokenTrie::ForVocabulary(*v);
   out.vocab = std::move(v);
   return out;
 }
@@ -48,7 +51,8 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarLibrary::Compile(
   auto compiled = std::make_shared<CompiledGrammar>();
   compiled->grammar = g;
   compiled->vocab = vocab_.vocab;
-  compiled->masker = std::make_shared<const grammar::TokenMasker>(std::move(g), vocab_.vocab);
+  compiled->masker =
+      std::make_shared<const grammar::TokenMasker>(std::move(g), vocab_.vocab, vocab_.trie);
   std::lock_guard<std::mutex> l(mu_);
   lru_.emplace_front(gbnf, compiled);
   while (lru_.size() > max_) lru_.pop_back();
@@ -66,17 +70,20 @@ GrammarConstraint::~GrammarConstraint() {
 
 void GrammarConstraint::StartNextMask() {
   // The masker and a copy of the state travel with the task: it never touches *this.
-  next_ = std::async(std::launch::async,
-                     [compiled = compiled_, state = matcher_]() {
-                       std::vector<uint64_t> bits;
-                       compiled->masker->Allowed(state, &bits);
-                       return bits;
-                     });
+  next_ = std::async(std::launch::async, [compiled = compiled_, state = matcher_]() {
+    const auto t0 = std::chrono::steady_clock::now();
+    Computed c;
+    compiled->masker->Allowed(state, &c.bits);
+    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return c;
+  });
 }
 
 Result<const float*> GrammarConstraint::Mask(const float* logits, int64_t vocab) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (!next_.valid()) StartNextMask();
-  const std::vector<uint64_t> bits = next_.get();
+  const Computed computed = next_.get();
+  const std::vector<uint64_t>& bits = computed.bits;
   masked_.assign(logits, logits + vocab);
   int64_t allowed = 0;
   for (int64_t id = 0; id < vocab; ++id) {
@@ -88,6 +95,9 @@ Result<const float*> GrammarConstraint::Mask(const float* logits, int64_t vocab)
       masked_[static_cast<size_t>(id)] = -INFINITY;
     }
   }
+  timing_.compute_seconds.push_back(computed.seconds);
+  timing_.wait_seconds.push_back(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (allowed == 0) {
     return Status::Invalid("the grammar allows no token here (it is complete and the "
                            "vocabulary has no end token it may end with)");

@@ -33,6 +33,7 @@ namespace k3::run {
 struct GrammarVocabulary {
   std::vector<std::string> special_names;
   std::shared_ptr<const grammar::Vocabulary> vocab;
+  std::shared_ptr<const grammar::TokenTrie> trie;  // of vocab's ordinary tokens, shared
 };
 GrammarVocabulary MakeGrammarVocabulary(const tok::Tokenizer& tok,
                                         const std::vector<int64_t>& end_ids);
@@ -70,13 +71,26 @@ class GrammarConstraint : public TokenConstraint {
 
   const grammar::Matcher& matcher() const { return matcher_; }
 
+  // Per chosen token: the mask's computation (on its own thread, during the pass) and what the
+  // choice waited for it plus applying it (on the engine's thread: the critical path).
+  struct Timing {
+    std::vector<double> compute_seconds;
+    std::vector<double> wait_seconds;
+  };
+  const Timing& timing() const { return timing_; }
+
  private:
   void StartNextMask();
 
   std::shared_ptr<const CompiledGrammar> compiled_;
   grammar::Matcher matcher_;
-  std::future<std::vector<uint64_t>> next_;  // the mask of matcher_, being computed
+  struct Computed {
+    std::vector<uint64_t> bits;
+    double seconds = 0;
+  };
+  std::future<Computed> next_;  // the mask of matcher_, being computed
   std::vector<float> masked_;
+  Timing timing_;
 };
 
 // A constraint for one sequence from `library`'s masker of `gbnf`.

@@ -1,43 +1,10 @@
 #include "k3run/grammar/completion_grammar.h"
 
+#include "k3run/grammar/gbnf_text.h"
 #include "k3run/grammar/json_schema.h"
 
 namespace k3::run::grammar {
 namespace {
-
-// A GBNF string literal of raw bytes.
-std::string Literal(std::string_view s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-// The template's attribute escaping: & first, then ".
-std::string EscapeAttr(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '&') {
-      out += "&amp;";
-    } else if (c == '"') {
-      out += "&quot;";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 Status Where(const std::string& where, const Status& s) {
   return Status::Invalid(where + ": " + s.message());
@@ -71,11 +38,12 @@ Result<std::string> ToolAnswer(const CompletionSpec& spec) {
     std::string alts;
     for (size_t t = 0; t < spec.tools.size(); ++t) {
       if (!alts.empty()) alts += " | ";
-      alts += Literal("call tool=\"" + EscapeAttr(spec.tools[t].name) + "\" index=\"" +
-                      std::to_string(i) + "\"") +
-              " <|sep|> k3-args" + std::to_string(t);
+      const std::string header = "call tool=\"" + XtmlAttributeEscape(spec.tools[t].name) +
+                                 "\" index=\"" + std::to_string(i) + "\"";
+      alts += GbnfLiteral(header) + " <|sep|> k3-args" + std::to_string(t);
     }
-    g += "k3-call-" + std::to_string(i) + " ::= <|open|> ( " + alts + " ) <|close|> \"call\" <|sep|>";
+    g += "k3-call-" + std::to_string(i) + " ::= <|open|> ( " + alts +
+         " ) <|close|> \"call\" <|sep|>";
     if (i < spec.max_calls) g += " k3-call-" + std::to_string(i + 1) + "?";
     g += "\n";
   }

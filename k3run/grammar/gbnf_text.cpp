@@ -57,4 +57,18 @@ bool IsGbnfRuleName(std::string_view name) {
   return true;
 }
 
+std::string XtmlAttributeEscape(std::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '"') {
+      out += "&quot;";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace k3::run::grammar

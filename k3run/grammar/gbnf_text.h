@@ -12,6 +12,8 @@ namespace k3::run::grammar {
 std::string GbnfLiteral(std::string_view utf8);
 // One code point as a class member: \uHHHH or \UHHHHHHHH (never special inside [ ]).
 std::string GbnfClassChar(uint32_t cp);
+// An XTML attribute value as the K3 template writes it: & as &amp;, then " as &quot;.
+std::string XtmlAttributeEscape(std::string_view value);
 // Whether `name` is a valid rule name ([a-zA-Z0-9_-]+).
 bool IsGbnfRuleName(std::string_view name);
 

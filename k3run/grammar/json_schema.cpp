@@ -11,21 +11,6 @@ namespace {
 
 constexpr int kMaxExtraArguments = 8;
 
-// The key attribute's text: & and " as entities (the model's tool-call syntax).
-std::string AttributeEscape(std::string_view key) {
-  std::string out;
-  for (const char c : key) {
-    if (c == '&') {
-      out += "&amp;";
-    } else if (c == '"') {
-      out += "&quot;";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 // One argument: <|open|>argument key="K" type="T"<|sep|>VALUE<|close|>argument<|sep|>, with one
@@ -82,7 +67,7 @@ Result<std::string> SchemaCompiler::XtmlArguments() {
     K3_ASSIGN_OR_RETURN(const std::vector<Typed> values,
                         Alternatives(*m.schemas[i], m.pointers[i], hint, /*raw=*/true));
     const std::string key =
-        GbnfLiteral("argument key=\"" + AttributeEscape(m.names[i]) + "\" type=\"");
+        GbnfLiteral("argument key=\"" + XtmlAttributeEscape(m.names[i]) + "\" type=\"");
     K3_ASSIGN_OR_RETURN(const std::string arg, XtmlArgument(key, values, hint));
     parts.push_back(m.required[i] ? arg : arg + "?");
   }

@@ -34,6 +34,65 @@ Result<std::vector<int32_t>> ParseIds(const json& value, const std::string& at) 
   return ids;
 }
 
+// "tool_calls": an assistant's calls, [{"id", "name", "arguments"}] with string values.
+Result<std::vector<ToolCall>> ParseToolCalls(const json& value, const std::string& at) {
+  if (!value.is_array()) {
+    return Status::Invalid(at + "\"tool_calls\" must be an array of {\"id\", \"name\", "
+                           "\"arguments\"}" + kFix);
+  }
+  std::vector<ToolCall> calls;
+  for (const json& c : value) {
+    const std::string which = at + "\"tool_calls\" item " + std::to_string(calls.size());
+    if (!c.is_object() || c.size() != 3 || !c.contains("id") || !c.contains("name") ||
+        !c.contains("arguments")) {
+      return Status::Invalid(which + " must be {\"id\", \"name\", \"arguments\"} and nothing else" +
+                             kFix);
+    }
+    for (const char* k : {"id", "name", "arguments"}) {
+      if (!c[k].is_string()) return Status::Invalid(which + ": \"" + k + "\" must be a string" + kFix);
+    }
+    calls.push_back({c["id"].get<std::string>(), c["name"].get<std::string>(),
+                     c["arguments"].get<std::string>()});
+  }
+  return calls;
+}
+
+// Which keys a line had, for the rules that depend on its role.
+struct Present {
+  bool role, content, reasoning, ids, calls, call_id, name;
+};
+
+Status CheckKeysOfRole(const ChatMessage& m, const Present& p, const std::string& at) {
+  if (!p.role) return Status::Invalid(at + "missing key \"role\"" + kFix);
+  if (!p.content) return Status::Invalid(at + "missing key \"content\"" + kFix);
+  if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool") {
+    return Status::Invalid(at + "role \"" + m.role +
+                           "\": must be system, user, assistant or tool" + kFix);
+  }
+  if (p.calls && m.role != "assistant") {
+    return Status::Invalid(at + "tool_calls on a " + m.role +
+                           " message; only assistant messages make calls" + kFix);
+  }
+  if ((p.call_id || p.name) && m.role != "tool") {
+    return Status::Invalid(at + (p.call_id ? "tool_call_id" : "name") + " on a " + m.role +
+                           " message; only tool messages carry it" + kFix);
+  }
+  if (m.role == "tool" && (!p.call_id || m.tool_call_id.empty())) {
+    return Status::Invalid(at + "a tool message needs the \"tool_call_id\" of the call it "
+                           "answers" + kFix);
+  }
+  if (p.ids && m.role != "assistant") {
+    return Status::Invalid(at + "ids on a " + m.role +
+                           " message; only assistant messages carry the ids they were generated as" +
+                           kFix);
+  }
+  if (p.reasoning && m.role != "assistant") {
+    return Status::Invalid(at + "reasoning_content on a " + m.role +
+                           " message; only assistant messages carry it" + kFix);
+  }
+  return Status::Ok();
+}
+
 Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, size_t number,
                               uint64_t line_offset) {
   const std::string at = Where(source, number);
@@ -86,14 +145,22 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
   }
   ChatMessage m;
   bool has_role = false, has_content = false, has_reasoning = false, has_ids = false;
+  bool has_calls = false, has_call_id = false, has_name = false;
   for (const auto& [key, value] : j.items()) {
-    if (key != "role" && key != "content" && key != "reasoning_content" && key != "ids") {
+    if (key != "role" && key != "content" && key != "reasoning_content" && key != "ids" &&
+        key != "tool_calls" && key != "tool_call_id" && key != "name") {
       return Status::Invalid(at + "unknown key \"" + key +
-                             "\"; allowed: role, content, reasoning_content, ids" + kFix);
+                             "\"; allowed: role, content, reasoning_content, ids, tool_calls, "
+                             "tool_call_id, name" + kFix);
     }
     if (key == "ids") {
       K3_ASSIGN_OR_RETURN(m.ids, ParseIds(value, at));
       has_ids = true;
+      continue;
+    }
+    if (key == "tool_calls") {
+      K3_ASSIGN_OR_RETURN(m.tool_calls, ParseToolCalls(value, at));
+      has_calls = true;
       continue;
     }
     if (!value.is_string()) {
@@ -109,26 +176,20 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
     } else if (key == "content") {
       m.content = s;
       has_content = true;
+    } else if (key == "tool_call_id") {
+      m.tool_call_id = s;
+      has_call_id = true;
+    } else if (key == "name") {
+      m.name = s;
+      has_name = true;
     } else {
       m.reasoning = s;
       has_reasoning = true;
     }
   }
-  if (!has_role) return Status::Invalid(at + "missing key \"role\"" + kFix);
-  if (!has_content) return Status::Invalid(at + "missing key \"content\"" + kFix);
-  if (m.role != "system" && m.role != "user" && m.role != "assistant") {
-    return Status::Invalid(at + "role \"" + m.role + "\": must be system, user or assistant" +
-                           kFix);
-  }
-  if (has_ids && m.role != "assistant") {
-    return Status::Invalid(at + "ids on a " + m.role +
-                           " message; only assistant messages carry the ids they were generated as" +
-                           kFix);
-  }
-  if (has_reasoning && m.role != "assistant") {
-    return Status::Invalid(at + "reasoning_content on a " + m.role +
-                           " message; only assistant messages carry it" + kFix);
-  }
+  K3_RETURN_IF_ERROR(CheckKeysOfRole(m, Present{has_role, has_content, has_reasoning, has_ids,
+                                                  has_calls, has_call_id, has_name},
+                                      at));
   return m;
 }
 
@@ -151,13 +212,26 @@ Result<std::vector<ChatMessage>> ParseHistory(std::string_view text, const std::
 
 Status CheckRoleOrder(const std::vector<ChatMessage>& messages, const std::string& source) {
   const size_t first = !messages.empty() && messages[0].role == "system" ? 1 : 0;
+  std::string prev;  // the role before messages[i] ("" at the start)
+  bool calls = false;  // the last assistant message made calls
   for (size_t i = first; i < messages.size(); ++i) {
-    const char* want = (i - first) % 2 == 0 ? "user" : "assistant";
-    if (messages[i].role != want) {
-      return Status::Invalid(Where(source, i + 1) + "role \"" + messages[i].role + "\" where \"" +
-                             want + "\" must come: an optional system message first, then user "
-                             "and assistant alternating, starting with user" + kFix);
+    const std::string& role = messages[i].role;
+    const char* want = prev.empty()          ? "\"user\""
+                       : prev == "user"      ? "\"assistant\""
+                       : prev == "assistant" ? (calls ? "\"user\" or \"tool\"" : "\"user\"")
+                                             : "\"tool\", \"assistant\" or \"user\"";
+    const bool ok = prev.empty()          ? role == "user"
+                    : prev == "user"      ? role == "assistant"
+                    : prev == "assistant" ? role == "user" || (calls && role == "tool")
+                                          : role != "system";
+    if (!ok) {
+      return Status::Invalid(Where(source, i + 1) + "role \"" + role + "\" where " + want +
+                             " must come: an optional system message first, then user and "
+                             "assistant alternating, starting with user; tool results only "
+                             "after an assistant message with tool_calls" + kFix);
     }
+    if (role == "assistant") calls = !messages[i].tool_calls.empty();
+    prev = role;
   }
   return Status::Ok();
 }
@@ -168,6 +242,17 @@ std::string SerializeHistory(const std::vector<ChatMessage>& messages) {
     nlohmann::ordered_json line = {{"role", m.role}, {"content", m.content}};
     if (m.role == "assistant" && !m.reasoning.empty()) line["reasoning_content"] = m.reasoning;
     if (m.role == "assistant" && !m.ids.empty()) line["ids"] = m.ids;
+    if (m.role == "assistant" && !m.tool_calls.empty()) {
+      nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+      for (const ToolCall& c : m.tool_calls) {
+        calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+      }
+      line["tool_calls"] = calls;
+    }
+    if (m.role == "tool") {
+      line["tool_call_id"] = m.tool_call_id;
+      if (!m.name.empty()) line["name"] = m.name;
+    }
     // Messages are sanitised UTF-8; `replace` keeps a stray invalid byte from throwing.
     out += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     out += '\n';

@@ -2,12 +2,15 @@
 // history").
 //
 // Format: one JSON object per line, LF-terminated:
-//   {"role":"system"|"user"|"assistant","content":"…"[,"reasoning_content":"…"][,"ids":[…]]}
-// reasoning_content and ids only on assistant lines; ids are the token ids the reply was
+//   {"role":"system"|"user"|"assistant"|"tool","content":"…"[,"reasoning_content":"…"]
+//    [,"ids":[…]][,"tool_calls":[{"id","name","arguments"}]][,"tool_call_id":"…"][,"name":"…"]}
+// reasoning_content, ids and tool_calls only on assistant lines, tool_call_id (required) and
+// name only on tool lines (a tool's result, chat --tools); ids are the token ids the reply was
 // generated as (after the generation prompt, END token included), so a resumed conversation
 // renders exactly the tokens the model saw, whatever their text re-encodes to. Order: an optional system message first, then
-// user and assistant strictly alternating, starting with user (a transcript may end with a user
-// turn: the REPL resumes it).
+// user and assistant strictly alternating, starting with user, except that tool results may
+// follow an assistant message with tool_calls (then the assistant, or the user, goes on); a
+// transcript may end with a user turn or tool results (the REPL resumes it).
 // Reading is strict; each rule names the file, the 1-based line and the byte offset where known:
 // valid UTF-8 JSON; one object per line and nothing after it; no blank lines; no raw control
 // bytes anywhere on a line (tab and CR included); no duplicate or unknown keys; string values;
@@ -15,7 +18,7 @@
 // Writing escapes `"` `\` `\n` `\r` `\t` and other bytes < 0x20 as \u00XX, non-ASCII raw, and
 // goes through WriteFileAtomic: a failed save leaves the previous transcript intact.
 // A missing file is an empty history.
-// Non-goals: other chat formats (OpenAI arrays, tool calls), merging concurrent writers.
+// Non-goals: other chat formats (OpenAI arrays), merging concurrent writers.
 #pragma once
 
 #include <cstdint>

@@ -17,8 +17,15 @@ bool Same(const std::vector<k3::run::ChatMessage>& a, const std::vector<k3::run:
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].role != b[i].role || a[i].content != b[i].content ||
-        a[i].reasoning != b[i].reasoning) {
+        a[i].reasoning != b[i].reasoning || a[i].ids != b[i].ids ||
+        a[i].tool_call_id != b[i].tool_call_id || a[i].name != b[i].name ||
+        a[i].tool_calls.size() != b[i].tool_calls.size()) {
       return false;
+    }
+    for (size_t k = 0; k < a[i].tool_calls.size(); ++k) {
+      const k3::run::ToolCall& x = a[i].tool_calls[k];
+      const k3::run::ToolCall& y = b[i].tool_calls[k];
+      if (x.id != y.id || x.name != y.name || x.arguments != y.arguments) return false;
     }
   }
   return true;

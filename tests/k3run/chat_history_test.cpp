@@ -48,7 +48,7 @@ TEST(ChatHistory, DuplicateKeyIsRejected) {
 }
 
 TEST(ChatHistory, UnknownKeyIsRejected) {
-  ExpectLine2Rejected(R"({"role":"user","content":"a","name":"bob"})", "unknown key \"name\"");
+  ExpectLine2Rejected(R"({"role":"user","content":"a","author":"bob"})", "unknown key \"author\"");
 }
 
 TEST(ChatHistory, RawControlByteIsRejectedWithOffset) {
@@ -103,7 +103,7 @@ TEST(ChatHistory, MissingContentIsRejected) {
 }
 
 TEST(ChatHistory, UnknownRoleIsRejected) {
-  ExpectLine2Rejected(R"({"role":"tool","content":"a"})", "role \"tool\"");
+  ExpectLine2Rejected(R"({"role":"function","content":"a"})", "role \"function\"");
 }
 
 TEST(ChatHistory, ReasoningOnUserIsRejected) {
@@ -174,6 +174,48 @@ TEST(ChatHistory, SystemAfterTheStartBreaksRoleOrder) {
 
 TEST(ChatHistory, EndingWithAUserTurnIsAllowed) {
   EXPECT_TRUE(ParseHistory("{\"role\":\"user\",\"content\":\"a\"}\n", "h").ok());
+}
+
+const char kToolTranscript[] =
+    "{\"role\":\"user\",\"content\":\"w?\"}\n"
+    "{\"role\":\"assistant\",\"content\":\"\",\"ids\":[1,2],\"tool_calls\":[{\"id\":\"call_1\","
+    "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}]}\n"
+    "{\"role\":\"tool\",\"content\":\"21C\",\"tool_call_id\":\"call_1\",\"name\":\"get_weather\"}\n"
+    "{\"role\":\"assistant\",\"content\":\"warm\"}\n";
+
+TEST(ChatHistory, ToolCallsAndResultsRoundTrip) {
+  Result<std::vector<ChatMessage>> h = ParseHistory(kToolTranscript, "h");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->size(), 4u);
+  ASSERT_EQ((*h)[1].tool_calls.size(), 1u);
+  EXPECT_EQ((*h)[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ((*h)[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ((*h)[1].tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ((*h)[2].role, "tool");
+  EXPECT_EQ((*h)[2].tool_call_id, "call_1");
+  EXPECT_EQ((*h)[2].name, "get_weather");
+  EXPECT_EQ(SerializeHistory(*h), kToolTranscript);
+  // A transcript may end with the results (the REPL answers them on resume), or with calls
+  // that were never answered (the user goes on).
+  EXPECT_TRUE(ParseHistory(std::string(kToolTranscript).substr(0, std::string(kToolTranscript).rfind("{\"role\":\"assistant")), "h").ok());
+}
+
+TEST(ChatHistory, ToolRulesAreEnforced) {
+  ExpectLine2Rejected("{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":[]}",
+                      "tool_calls on a user message");
+  ExpectLine2Rejected("{\"role\":\"user\",\"content\":\"a\",\"tool_call_id\":\"x\"}",
+                      "tool_call_id on a user message");
+  ExpectLine2Rejected("{\"role\":\"tool\",\"content\":\"a\"}", "needs the \"tool_call_id\"");
+  const Status bad_call = ParseHistory(
+      "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"assistant\",\"content\":"
+      "\"\",\"tool_calls\":[{\"id\":\"c\",\"name\":\"f\"}]}\n", "h").status();
+  EXPECT_TRUE(Has(bad_call.message(), "h:2: \"tool_calls\" item 0 must be {\"id\", \"name\", "
+                                      "\"arguments\"}")) << bad_call.message();
+  // A tool result where no call was made.
+  const Status s = ParseHistory(
+      "{\"role\":\"user\",\"content\":\"a\"}\n{\"role\":\"assistant\",\"content\":\"b\"}\n"
+      "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c\"}\n", "h").status();
+  EXPECT_TRUE(Has(s.message(), "h:3: role \"tool\" where \"user\" must come")) << s.message();
 }
 
 TEST(ChatHistory, SerializeRoundTripsEveryByte) {

@@ -61,6 +61,14 @@ TEST(CliConstraint, GreedyJsonSchemaRunIsTheSameEachTime) {
   ASSERT_EQ(a.exit_code, 0) << a.stderr_text;
   EXPECT_EQ(a.stdout_text(), b.stdout_text());
   EXPECT_TRUE(json::parse(Trim(a.stdout_text()), nullptr, false).is_object()) << a.stdout_text();
+  // The report times every constrained choice; an unconstrained run reports none.
+  const json report = json::parse(test::ReadWholeFile(tmp.Join("r.json")));
+  EXPECT_EQ(report["constraint"]["tokens"], report["generated_ids"].size());
+  EXPECT_GE(report["constraint"]["choice_wait"]["max_ms"].get<double>(), 0.0);
+  const CliRun plain = RunCliArgs({TinyPreparedDir(), "--prompt", "Answer:", "--gen", "4",
+                                   "--out", tmp.Join("p.json")});
+  ASSERT_EQ(plain.exit_code, 0) << plain.stderr_text;
+  EXPECT_TRUE(json::parse(test::ReadWholeFile(tmp.Join("p.json")))["constraint"].is_null());
 }
 
 TEST(CliConstraint, GrammarPromptRunMatchesTheGrammar) {

@@ -24,6 +24,17 @@ test::FixtureSpec SeedZeroCopy(const char* preset) {
 const std::string& TinyCheckpointDir() {
   return test::SynthFixture(SeedZeroCopy("tiny")).checkpoint;
 }
+
+const tok::Tokenizer& TinyTokenizer() {
+  static const std::unique_ptr<tok::Tokenizer> t = [] {
+    Result<tok::Tokenizer> r =
+        tok::Tokenizer::Load(Env::Default(), JoinPath(TinyCheckpointDir(), "tiktoken.model"),
+                             JoinPath(TinyCheckpointDir(), "tokenizer_config.json"), 1280);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::make_unique<tok::Tokenizer>(std::move(r).value());
+  }();
+  return *t;
+}
 const std::string& TinyPreparedDir() { return test::SynthFixture(SeedZeroCopy("tiny")).prepared; }
 const std::string& SmallPreparedDir() { return test::SynthFixture(SeedZeroCopy("small")).prepared; }
 

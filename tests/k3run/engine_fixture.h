@@ -12,6 +12,7 @@
 #include "k3run/app/cli.h"
 #include "k3run/engine/model.h"
 #include "k3run/engine/session.h"
+#include "k3run/text/tokenizer.h"
 #include "k3run/weights/weights.h"
 
 namespace k3::run::testing {
@@ -21,6 +22,8 @@ namespace k3::run::testing {
 // first).
 const std::string& TinyCheckpointDir();
 const std::string& TinyPreparedDir();
+// The tiny checkpoint's tokenizer (vocab 1,280), loaded once; a failed load fails the test.
+const tok::Tokenizer& TinyTokenizer();
 // The small preset (93 layers, 64 experts top-8, vocab 4352, seed 0) packed in copy mode, shared
 // the same way.
 const std::string& SmallPreparedDir();

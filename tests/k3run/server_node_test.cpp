@@ -25,31 +25,6 @@ std::string Missing() {
   return "";
 }
 
-TEST(ServerOpenAiClient, StreamsAChatCompletion) {
-  const std::string missing = Missing();
-  if (!missing.empty()) GTEST_SKIP() << "SKIPPED: the openai client test did not run: " << missing;
-  ServerProcess s({TinyPreparedDir(), "--no-floor", "--ctx", "512"});
-  ASSERT_TRUE(s.WaitReady());
-  const std::string cmd = "cd '" + kClientDir + "' && node chat_stream.mjs 'http://127.0.0.1:" +
-                          std::to_string(s.port()) + "/v1' '" + BaseName(TinyPreparedDir()) +
-                          "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
-  ASSERT_EQ(rc, 0) << out << "\nserver:\n" << s.stderr_text();
-  const nlohmann::json j = nlohmann::json::parse(out.substr(out.find('{')), nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << out;
-  EXPECT_GT(j["chunks"].get<int>(), 1);
-  EXPECT_TRUE(j["finish_reason"] == "stop" || j["finish_reason"] == "length") << out;
-  EXPECT_EQ(j["content"], j["whole_content"]) << out;
-  EXPECT_EQ(j["reasoning"], j["whole_reasoning"]) << out;
-  EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0) << out;
-}
-
 // Runs `node SCRIPT BASE_URL MODEL` from the client directory; its last JSON line.
 nlohmann::json RunClient(const ServerProcess& s, const std::string& script) {
   const std::string cmd = "cd '" + kClientDir + "' && node " + script + " 'http://127.0.0.1:" +
@@ -66,6 +41,20 @@ nlohmann::json RunClient(const ServerProcess& s, const std::string& script) {
   const size_t brace = out.rfind("\n{\"");
   return nlohmann::json::parse(out.substr(brace == std::string::npos ? 0 : brace + 1), nullptr,
                                false);
+}
+
+TEST(ServerOpenAiClient, StreamsAChatCompletion) {
+  const std::string missing = Missing();
+  if (!missing.empty()) GTEST_SKIP() << "SKIPPED: the openai client test did not run: " << missing;
+  ServerProcess s({TinyPreparedDir(), "--no-floor", "--ctx", "512"});
+  ASSERT_TRUE(s.WaitReady());
+  const nlohmann::json j = RunClient(s, "chat_stream.mjs");
+  ASSERT_TRUE(j.is_object()) << j.dump();
+  EXPECT_GT(j["chunks"].get<int>(), 1);
+  EXPECT_TRUE(j["finish_reason"] == "stop" || j["finish_reason"] == "length") << j.dump();
+  EXPECT_EQ(j["content"], j["whole_content"]) << j.dump();
+  EXPECT_EQ(j["reasoning"], j["whole_reasoning"]) << j.dump();
+  EXPECT_GT(j["usage"]["completion_tokens"].get<int>(), 0) << j.dump();
 }
 
 TEST(ServerOpenAiClient, RunsAStreamedToolCallLoop) {

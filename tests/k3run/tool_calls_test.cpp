@@ -22,16 +22,7 @@ bool Has(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
-const tok::Tokenizer& Tok() {
-  static const std::unique_ptr<tok::Tokenizer> t = [] {
-    Result<tok::Tokenizer> r =
-        tok::Tokenizer::Load(Env::Default(), JoinPath(TinyCheckpointDir(), "tiktoken.model"),
-                             JoinPath(TinyCheckpointDir(), "tokenizer_config.json"), 1280);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return std::make_unique<tok::Tokenizer>(std::move(r).value());
-  }();
-  return *t;
-}
+const tok::Tokenizer& Tok() { return TinyTokenizer(); }
 
 const ChatTemplate& Tmpl() {
   static const std::unique_ptr<ChatTemplate> t = [] {

@@ -61,7 +61,12 @@ Result<std::string> CompletionGbnf(const CompletionSpec& spec) {
     g = "root ::= k3-answer\n";
   }
   g += "k3-end ::= <|close|> \"message\" <|sep|> ( <|end_of_msg|> | <[EOS]> )\n";
-  K3_ASSIGN_OR_RETURN(std::string answer, spec.tool_call ? ToolAnswer(spec) : JsonAnswer(spec));
+  if (spec.answer == AnswerKind::kNoTools) {
+    return g + "k3-answer ::= .* <|close|> \"response\" <|sep|> k3-end\n";
+  }
+  K3_ASSIGN_OR_RETURN(std::string answer, spec.answer == AnswerKind::kToolCall
+                                              ? ToolAnswer(spec)
+                                              : JsonAnswer(spec));
   return g + answer;
 }
 

@@ -6,6 +6,7 @@
 //   thinking on : free reasoning, <|close|>think<|sep|><|open|>response<|sep|>, then the answer;
 //   thinking off: the answer directly (the generation prompt opened the response);
 //   JSON answer : the value, <|close|>response<|sep|><|close|>message<|sep|>, an end token;
+//   no tools    : free text, <|close|>response<|sep|><|close|>message<|sep|>, an end token;
 //   tool answer : an empty response, <|close|>response<|sep|><|open|>tools<|sep|>, one call (or
 //                 up to max_calls) of the allowed tools, each call's arguments in XTML form
 //                 matching its parameters schema, <|close|>tools<|sep|><|close|>message<|sep|>,
@@ -33,9 +34,15 @@ struct ToolGrammar {
   std::string where;           // names it in errors, e.g. "tools[2].function.parameters"
 };
 
+enum class AnswerKind {
+  kJson,      // a JSON value (schema, or any object)
+  kToolCall,  // an empty response, then the tools section
+  kNoTools,   // free text, and no tools section (tool_choice none with tools declared)
+};
+
 struct CompletionSpec {
   bool thinking = true;
-  bool tool_call = false;          // false: a JSON answer
+  AnswerKind answer = AnswerKind::kJson;
   nlohmann::json schema;           // JSON answer: the schema; null: any JSON object
   std::string schema_where;        // names the schema in errors
   std::vector<ToolGrammar> tools;  // tool answer: the tools the call may use (≥ 1)

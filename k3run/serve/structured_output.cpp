@@ -10,10 +10,16 @@ namespace k3::run {
 bool CompletionGrammar(const ApiRequest& r, std::string* gbnf, ApiError* error) {
   gbnf->clear();
   const bool forced = r.tool_choice == "required" || r.tool_choice == "function";
-  if (r.endpoint != Endpoint::kChat || (r.response_format.empty() && !forced)) return true;
+  // tool_choice none with tools declared: whatever the model writes, no tools section.
+  const bool no_tools = r.tool_choice == "none" && !r.tools.empty();
+  if (r.endpoint != Endpoint::kChat || (r.response_format.empty() && !forced && !no_tools)) {
+    return true;
+  }
   grammar::CompletionSpec spec;
   spec.thinking = r.tmpl.thinking;
-  spec.tool_call = forced;
+  spec.answer = forced             ? grammar::AnswerKind::kToolCall
+                : r.response_format.empty() ? grammar::AnswerKind::kNoTools
+                                            : grammar::AnswerKind::kJson;
   std::string param;  // the field a schema error names
   if (forced) {
     for (size_t t = 0; t < r.tools.size(); ++t) {

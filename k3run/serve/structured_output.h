@@ -1,8 +1,8 @@
 // The constraint of a chat request that asks for structured output (docs/TOOLS.md):
-// `response_format` json_object / json_schema, or `tool_choice` required / a named function.
-// The grammar is k3run/grammar/completion_grammar.h's, over the whole completion. tool_choice
-// auto and none, and response_format text, add no constraint: those requests keep today's bits
-// exactly. A schema outside the supported subset is a 400 naming the keyword and the field.
+// `response_format` json_object / json_schema, `tool_choice` required / a named function, and
+// `tool_choice` none with tools declared (no tools section may be written). The grammar is
+// k3run/grammar/completion_grammar.h's, over the whole completion. tool_choice auto, no tools,
+// and response_format text add no constraint: those requests keep today's bits exactly. A schema outside the supported subset is a 400 naming the keyword and the field.
 // Thread safety: pure functions (the library is thread-safe).
 #pragma once
 

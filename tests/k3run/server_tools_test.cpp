@@ -168,6 +168,26 @@ TEST(ServerTools, StreamedCallJoinsToTheWholeOne) {
   EXPECT_EQ(arguments, call["function"]["arguments"]);
 }
 
+// tool_choice none with tools declared: never a call, and never markup in the content.
+TEST(ServerTools, ToolChoiceNoneNeverCalls) {
+  ServerProcess s(Tiny());
+  ASSERT_TRUE(s.WaitReady());
+  httplib::Client c = s.Client();
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    json body = ForcedCall(false);
+    body["tool_choice"] = "none";
+    body["temperature"] = 1.0;
+    body["seed"] = seed;
+    body["max_tokens"] = 48;
+    int status = 0;
+    const json r = Post(c, body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const json& m = r["choices"][0]["message"];
+    EXPECT_FALSE(m.contains("tool_calls")) << r.dump();
+    EXPECT_NE(r["choices"][0]["finish_reason"], "tool_calls") << r.dump();
+  }
+}
+
 const json kAnswerSchema = {
     {"type", "object"},
     {"properties",

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "k3run/serve/openai_request.h"
+#include "k3run/text/chat_template.h"
 #include "tests/k3run/engine_fixture.h"
 #include "tests/k3run/server_fixture.h"
 
@@ -118,6 +120,23 @@ TEST(ServerTools, ForcedCallRoundTrip) {
   const json next = Post(c, second, &status);
   ASSERT_EQ(status, 200) << next.dump();
   EXPECT_FALSE(next["choices"][0]["message"].contains("tool_calls")) << next.dump();
+  // The server rendered the turn as the template renders those messages (the call's arguments
+  // as XTML arguments, the result as a tool message: chat_template_test.cpp checks those ids
+  // against hand-written ones).
+  ApiRequest parsed;
+  ApiError error;
+  ASSERT_TRUE(ParseApiRequest(second.dump(), Endpoint::kChat, &parsed, &error)) << error.message;
+  Result<ChatTemplate> tmpl = ChatTemplate::Create(&TinyTokenizer(), "tiny");
+  ASSERT_TRUE(tmpl.ok());
+  Result<std::vector<int32_t>> ids = tmpl->RenderChecked(parsed.messages, parsed.tmpl, true);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  EXPECT_EQ(next["usage"]["prompt_tokens"].get<size_t>(), ids->size());
+  const std::string text = TinyTokenizer().Decode(*ids);
+  EXPECT_NE(text.find("<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key="),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("<|open|>message role=\"tool\" tool=\"get_weather\" index=\"1\"<|sep|>"
+                      "{\"temperature\":21}<|close|>message<|sep|>"),
+            std::string::npos) << text;
   EXPECT_GT(next["usage"]["prompt_tokens"].get<int>(), first["usage"]["prompt_tokens"].get<int>());
 }
 

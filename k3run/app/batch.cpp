@@ -260,7 +260,7 @@ Request MakeRequest(Engine* engine, const RunOptions& o, const BatchContext& ctx
       if (!m->dump_status.ok()) return false;
     }
     ++m->steps;
-    if (tokenizer && (o.show_special || !IsSpecialToken(*tokenizer, token))) {
+    if (tokenizer && (o.show_special || !tok::IsAddedToken(*tokenizer, token))) {
       m->text += m->stops->Push(tokenizer->TokenBytes(token));
       if (m->stops->stopped()) {
         m->stopped_by_text = true;

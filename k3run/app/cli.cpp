@@ -471,7 +471,7 @@ class ShownText {
 
   Status Token(int32_t id) {
     if (!tokenizer_) return out_(std::to_string(id) + "\n");
-    if (!show_special_ && IsSpecialToken(*tokenizer_, id)) return Status::Ok();
+    if (!show_special_ && tok::IsAddedToken(*tokenizer_, id)) return Status::Ok();
     return Write(chunker_.Push(stops_.Push(tokenizer_->TokenBytes(id))));
   }
   bool stopped() const { return stops_.stopped(); }
@@ -750,8 +750,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
                       : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
                       : o.recompute                ? "--recompute"
                       : o.spec > 0                 ? "--spec (not yet in the scheduler)"
-                      : !o.grammar_file.empty() || !o.json_schema_file.empty() ||
-                              !o.tools_file.empty() || o.tool_choice
+                      : AnyConstraintFlag(o)
                           ? "--grammar/--json-schema/--tools (requests bring tools, "
                             "tool_choice and response_format)"
                                                    : nullptr;

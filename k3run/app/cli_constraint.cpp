@@ -80,10 +80,13 @@ Result<std::shared_ptr<TokenConstraint>> CliConstraint::Make() const {
   return MakeGrammarConstraint(library.get(), gbnf, source);
 }
 
+bool AnyConstraintFlag(const RunOptions& o) {
+  return !o.grammar_file.empty() || !o.json_schema_file.empty() || !o.tools_file.empty() ||
+         o.tool_choice.has_value();
+}
+
 Result<CliConstraint> LoadCliConstraint(Env* env, const tok::Tokenizer* tok, const RunOptions& o) {
-  const bool any = !o.grammar_file.empty() || !o.json_schema_file.empty() ||
-                   !o.tools_file.empty() || o.tool_choice;
-  if (!any) return CliConstraint();
+  if (!AnyConstraintFlag(o)) return CliConstraint();
   if (!o.grammar_file.empty() && !o.json_schema_file.empty()) {
     return Status::Invalid("--grammar and --json-schema are exclusive: give one");
   }

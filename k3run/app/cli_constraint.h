@@ -34,6 +34,9 @@ struct CliConstraint {
   Result<std::shared_ptr<TokenConstraint>> Make() const;
 };
 
+// True when `o` gives any of --grammar, --json-schema, --tools, --tool-choice.
+bool AnyConstraintFlag(const RunOptions& o);
+
 // Reads and checks the files `o` names (none: an empty CliConstraint). `tok` may be null only
 // when no constraint flag is given.
 Result<CliConstraint> LoadCliConstraint(Env* env, const tok::Tokenizer* tok, const RunOptions& o);

@@ -1,7 +1,6 @@
 #include "k3run/engine/grammar_constraint.h"
 
 #include <chrono>
-#include <cmath>
 
 namespace k3::run {
 
@@ -15,8 +14,7 @@ GrammarVocabulary MakeGrammarVocabulary(const tok::Tokenizer& tok,
   for (int64_t id = 0; id < n; ++id) {
     const auto i = static_cast<int32_t>(id);
     const std::string_view bytes = tok.TokenBytes(i);
-    const std::optional<int32_t> special = tok.SpecialId(bytes);
-    if (!special || *special != i) {
+    if (!tok::IsAddedToken(tok, i)) {
       v->bytes[static_cast<size_t>(id)] = std::string(bytes);
       continue;
     }
@@ -83,18 +81,8 @@ Result<const float*> GrammarConstraint::Mask(const float* logits, int64_t vocab)
   const auto t0 = std::chrono::steady_clock::now();
   if (!next_.valid()) StartNextMask();
   const Computed computed = next_.get();
-  const std::vector<uint64_t>& bits = computed.bits;
   masked_.assign(logits, logits + vocab);
-  int64_t allowed = 0;
-  for (int64_t id = 0; id < vocab; ++id) {
-    const size_t w = static_cast<size_t>(id) / 64;
-    const bool ok = w < bits.size() && ((bits[w] >> (id % 64)) & 1) != 0;
-    if (ok) {
-      ++allowed;
-    } else {
-      masked_[static_cast<size_t>(id)] = -INFINITY;
-    }
-  }
+  const int64_t allowed = grammar::ApplyAllowed(computed.bits, masked_.data(), vocab);
   timing_.compute_seconds.push_back(computed.seconds);
   timing_.wait_seconds.push_back(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -14,13 +14,6 @@ std::vector<int64_t> EndTokenIds(const tok::Tokenizer* tokenizer) {
   return ids;
 }
 
-bool IsSpecialToken(const tok::Tokenizer& tokenizer, int32_t id) {
-  const std::string_view bytes = tokenizer.TokenBytes(id);
-  if (bytes.empty()) return false;
-  const std::optional<int32_t> special = tokenizer.SpecialId(bytes);
-  return special && *special == id;
-}
-
 StopText::StopText(std::vector<std::string> stops) : stops_(std::move(stops)) {
   // An empty stop string would match everywhere; it means nothing, so it is dropped.
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });

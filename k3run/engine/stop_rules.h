@@ -28,8 +28,6 @@ inline constexpr std::string_view kEndTokenContents[] = {"[EOS]", "<|end_of_msg|
 // The ids of kEndTokenContents that `tokenizer` has (none without a tokenizer).
 std::vector<int64_t> EndTokenIds(const tok::Tokenizer* tokenizer);
 
-// True for an added (special) token: its bytes are the content of the special token `id`.
-bool IsSpecialToken(const tok::Tokenizer& tokenizer, int32_t id);
 
 // Stop strings over a stream of bytes.
 class StopText {

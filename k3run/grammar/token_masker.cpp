@@ -126,12 +126,11 @@ void TokenMasker::Allowed(const Matcher& m, std::vector<uint64_t>* allowed) cons
   *allowed = *CachedMask(m);
 }
 
-int64_t TokenMasker::Apply(const Matcher& m, float* logits, int64_t vocab) const {
-  const std::shared_ptr<const MaskBits> mask = CachedMask(m);
+int64_t ApplyAllowed(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab) {
   int64_t count = 0;
   for (int64_t i = 0; i < vocab; ++i) {
     const auto w = static_cast<size_t>(i >> 6);
-    const bool ok = w < mask->size() && (((*mask)[w] >> (i & 63)) & 1);
+    const bool ok = w < allowed.size() && ((allowed[w] >> (i & 63)) & 1);
     if (ok) {
       ++count;
     } else {
@@ -139,6 +138,10 @@ int64_t TokenMasker::Apply(const Matcher& m, float* logits, int64_t vocab) const
     }
   }
   return count;
+}
+
+int64_t TokenMasker::Apply(const Matcher& m, float* logits, int64_t vocab) const {
+  return ApplyAllowed(*CachedMask(m), logits, vocab);
 }
 
 }  // namespace k3::run::grammar

@@ -44,6 +44,10 @@ struct Vocabulary {
 // special tokens (or is one of the three constants).
 Status CheckVocabulary(const Vocabulary& v, const Grammar& g);
 
+// Sets logits[i] = -INFINITY for every id < vocab whose bit in `allowed` (a mask as Allowed
+// gives it) is clear; ids past the mask are never allowed. Returns the count allowed.
+int64_t ApplyAllowed(const std::vector<uint64_t>& allowed, float* logits, int64_t vocab);
+
 class TokenMasker {
  public:
   static constexpr size_t kDefaultCacheBytes = size_t{4} << 20;

@@ -53,7 +53,7 @@ const char* OpenAiFinishReason(FinishReason r) {
 
 std::string CompletionBody(const ResponseMeta& m, const std::string& content,
                            const std::string& reasoning, const Outcome& o,
-                           const std::vector<ToolCallOut>& calls) {
+                           const std::vector<ToolCall>& calls) {
   json choice = {{"index", 0}, {"finish_reason", o.finish_reason}, {"logprobs", nullptr}};
   if (m.endpoint == Endpoint::kChat) {
     json message = {{"role", "assistant"}, {"content", content}};
@@ -61,7 +61,7 @@ std::string CompletionBody(const ResponseMeta& m, const std::string& content,
     if (!calls.empty()) {
       if (content.empty()) message["content"] = nullptr;
       json list = json::array();
-      for (const ToolCallOut& c : calls) {
+      for (const ToolCall& c : calls) {
         list.push_back({{"id", c.id},
                         {"type", "function"},
                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
@@ -88,7 +88,7 @@ std::string DeltaChunk(const ResponseMeta& m, const TextDelta& d, bool role) {
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
     if (!d.tool_calls.empty()) {
       json list = json::array();
-      for (const ToolCallDelta& t : d.tool_calls) {
+      for (const ToolCallFragment& t : d.tool_calls) {
         json fn = {{"arguments", t.arguments}};
         json piece = {{"index", t.index}};
         if (!t.id.empty()) {

@@ -37,18 +37,11 @@ struct Outcome {
 // kCancelled and kError (the request did not complete).
 const char* OpenAiFinishReason(FinishReason r);
 
-// A whole tool call of a response (message.tool_calls[k]).
-struct ToolCallOut {
-  std::string id;
-  std::string name;
-  std::string arguments;  // JSON text of the arguments object
-};
-
 // The whole response of a non-streamed request; `calls` become message.tool_calls (and the
 // content null when it is empty, as OpenAI answers a pure call).
 std::string CompletionBody(const ResponseMeta& m, const std::string& content,
                            const std::string& reasoning, const Outcome& o,
-                           const std::vector<ToolCallOut>& calls = {});
+                           const std::vector<ToolCall>& calls = {});
 // One SSE event "data: {...}\n\n" carrying a delta; `role`: the first chunk of a chat stream.
 std::string DeltaChunk(const ResponseMeta& m, const TextDelta& d, bool role);
 // The last chunk with the finish reason (and the "k3" ids); with `usage` also the usage chunk

@@ -263,10 +263,8 @@ void AnswerWhole(const std::shared_ptr<Job>& job, const httplib::Request& req,
     SetError(res, NotCompleted(ctx, r, done));
   } else {
     res.status = 200;
-    std::vector<ToolCallOut> calls;
-    for (const ToolCall& c : job->text.tool_calls()) calls.push_back({c.id, c.name, c.arguments});
     res.set_content(CompletionBody(job->meta, job->text.content(), job->text.reasoning(),
-                                   OutcomeOf(r, job->text), calls),
+                                   OutcomeOf(r, job->text), job->text.tool_calls()),
                     "application/json");
   }
   ctx.open_requests.fetch_sub(1);

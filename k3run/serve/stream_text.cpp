@@ -7,7 +7,7 @@ namespace k3::run {
 void AppendDelta(TextDelta* into, TextDelta d) {
   into->content += d.content;
   into->reasoning += d.reasoning;
-  for (ToolCallDelta& t : d.tool_calls) {
+  for (ToolCallFragment& t : d.tool_calls) {
     if (!into->tool_calls.empty() && into->tool_calls.back().index == t.index && t.id.empty()) {
       into->tool_calls.back().arguments += t.arguments;
     } else {
@@ -25,9 +25,7 @@ StreamText::StreamText(const tok::Tokenizer* tok, const ChatTemplate* tmpl, bool
 void StreamText::FromParser(CompletionDelta cd, TextDelta* d) {
   Reasoning(reasoning_utf8_.Push(cd.reasoning), d);
   if (!cd.content.empty()) Content(content_utf8_.Push(stops_.Push(cd.content)), d);
-  for (ToolCallFragment& f : cd.tool_calls) {
-    d->tool_calls.push_back({f.index, std::move(f.id), std::move(f.name), std::move(f.arguments)});
-  }
+  for (ToolCallFragment& f : cd.tool_calls) d->tool_calls.push_back(std::move(f));
 }
 
 TextDelta StreamText::Token(int32_t id) {
@@ -66,7 +64,7 @@ TextDelta StreamText::Plain(int32_t id) {
       return d;
     }
     if (in_tag_ || tmpl_->IsControl(id)) return d;
-  } else if (IsSpecialToken(*tok_, id)) {
+  } else if (tok::IsAddedToken(*tok_, id)) {
     return d;
   }
   const std::string_view bytes = tok_->TokenBytes(id);

@@ -26,19 +26,12 @@
 
 namespace k3::run {
 
-// One streamed piece of a tool call (OpenAI's delta.tool_calls[k]): the first piece of a call
-// carries its id and name, later ones only argument fragments (JSON text, joined in order).
-struct ToolCallDelta {
-  int64_t index = 0;      // the call's position in the message, from 0
-  std::string id;         // first piece only
-  std::string name;       // first piece only
-  std::string arguments;  // a fragment
-};
-
 struct TextDelta {
   std::string content;
   std::string reasoning;
-  std::vector<ToolCallDelta> tool_calls;
+  // Streamed pieces of tool calls (OpenAI's delta.tool_calls[k], text/tool_calls.h): the first
+  // piece of a call carries its id and name, later ones only argument fragments.
+  std::vector<ToolCallFragment> tool_calls;
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
 };
 

@@ -122,13 +122,6 @@ Result<ChatTemplate> ChatTemplate::Create(const tok::Tokenizer* tok, const std::
   return t;
 }
 
-bool IsAddedToken(const tok::Tokenizer& tok, int32_t id) {
-  const std::string_view bytes = tok.TokenBytes(id);
-  if (bytes.empty()) return false;
-  const std::optional<int32_t> special = tok.SpecialId(bytes);
-  return special && *special == id;
-}
-
 Result<std::vector<int32_t>> ChatTemplate::RenderChecked(const std::vector<ChatMessage>& messages,
                                                          const TemplateOptions& o,
                                                          bool generation_prompt) const {

@@ -91,9 +91,6 @@ struct Completion {
   std::vector<ToolCall> tool_calls = {};  // the tools section's calls (arguments: JSON objects)
 };
 
-// True for any added token of the tokenizer (<|open|>, [BOS], reserved ones, …).
-bool IsAddedToken(const tok::Tokenizer& tok, int32_t id);
-
 class ChatTemplate {
  public:
   // Looks up <|open|>, <|close|>, <|sep|>, <|end_of_msg|> and [EOS] by content; kInvalid naming
@@ -114,7 +111,7 @@ class ChatTemplate {
 
   const ChatIds& ids() const { return ids_; }
   const tok::Tokenizer& tokenizer() const { return *tok_; }
-  bool IsControl(int32_t id) const { return IsAddedToken(*tok_, id); }
+  bool IsControl(int32_t id) const { return tok::IsAddedToken(*tok_, id); }
 
  private:
   explicit ChatTemplate(const tok::Tokenizer* tok) : tok_(tok) {}

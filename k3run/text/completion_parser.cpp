@@ -161,7 +161,7 @@ CompletionDelta CompletionParser::Feed(int32_t id) {
   } else if (header_.active) {
     if (id == ids_.sep) {
       Tag(&d);
-    } else if (IsAddedToken(*tok_, id)) {
+    } else if (tok::IsAddedToken(*tok_, id)) {
       Fail("completion: control id " + std::to_string(id) + at() +
            " inside the tag header opened at position " + std::to_string(header_.position) +
            " (a header ends at <|sep|>)");
@@ -177,7 +177,7 @@ CompletionDelta CompletionParser::Feed(int32_t id) {
   } else if (is_end && phase_ == Phase::kAfterMessage) {
     phase_ = Phase::kDone;
     phase_start_ = position_;
-  } else if (IsAddedToken(*tok_, id)) {
+  } else if (tok::IsAddedToken(*tok_, id)) {
     Fail("completion: control id " + std::to_string(id) + at() + " " + Where() +
          " (control tokens are not allowed inside a payload; expected " + Expected() + ")");
   } else {

@@ -175,4 +175,11 @@ std::optional<int32_t> Tokenizer::SpecialId(std::string_view content) const {
 
 int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->tokens.size()); }
 
+bool IsAddedToken(const Tokenizer& tok, int32_t id) {
+  const std::string_view bytes = tok.TokenBytes(id);
+  if (bytes.empty()) return false;
+  const std::optional<int32_t> added = tok.SpecialId(bytes);
+  return added && *added == id;
+}
+
 }  // namespace k3::tok

@@ -59,6 +59,10 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// True for an added token of `tok` (<|open|>, [EOS], [BOS], reserved ones, …): its bytes are the
+// content of the added token `id`. False for byte-level ranks and ids outside the vocabulary.
+bool IsAddedToken(const Tokenizer& tok, int32_t id);
+
 // The Kimi pre-tokenizer pattern exactly as released (alternatives joined with '|'; it uses
 // `&&` class intersection, which PCRE2 lacks).
 std::string_view KimiPattern();

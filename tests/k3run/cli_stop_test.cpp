@@ -72,7 +72,7 @@ TEST(K3runStop, EndTokenIsNotPrintedUnlessShowSpecial) {
 // The shown text of each generated id (special tokens hidden), in order.
 std::vector<std::string> TokenTexts(const tok::Tokenizer& t, const std::vector<int32_t>& ids) {
   std::vector<std::string> out;
-  for (int32_t id : ids) out.emplace_back(IsSpecialToken(t, id) ? "" : t.TokenBytes(id));
+  for (int32_t id : ids) out.emplace_back(tok::IsAddedToken(t, id) ? "" : t.TokenBytes(id));
   return out;
 }
 

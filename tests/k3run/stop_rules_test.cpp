@@ -81,8 +81,8 @@ TEST(StopRules, EndTokensAreFoundByContent) {
   ASSERT_EQ(ids.size(), 2u);
   EXPECT_EQ(t->TokenBytes(static_cast<int32_t>(ids[0])), "[EOS]");
   EXPECT_EQ(t->TokenBytes(static_cast<int32_t>(ids[1])), "<|end_of_msg|>");
-  EXPECT_TRUE(IsSpecialToken(*t, static_cast<int32_t>(ids[0])));
-  EXPECT_FALSE(IsSpecialToken(*t, 65));  // a byte-level rank
+  EXPECT_TRUE(tok::IsAddedToken(*t, static_cast<int32_t>(ids[0])));
+  EXPECT_FALSE(tok::IsAddedToken(*t, 65));  // a byte-level rank
   EXPECT_TRUE(EndTokenIds(nullptr).empty());
 }
 

@@ -45,7 +45,7 @@ std::vector<int32_t> ByteIds(std::string_view s) {
     std::map<unsigned char, int32_t> m;
     for (int32_t id = 0; id < static_cast<int32_t>(Tok().vocab_size()); ++id) {
       const std::string_view b = Tok().TokenBytes(id);
-      if (b.size() == 1 && !IsAddedToken(Tok(), id)) {
+      if (b.size() == 1 && !tok::IsAddedToken(Tok(), id)) {
         m.emplace(static_cast<unsigned char>(b[0]), id);
       }
     }

@@ -63,6 +63,12 @@ ExpertRecord MakeExpertRecord(uint32_t file_id, uint64_t offset,
   return r;
 }
 
+ExpertRecord MakeAbsentRecord() {
+  ExpertRecord r;
+  r.flags = kExpertFlagAbsent;
+  return r;
+}
+
 std::string EncodeExpertsIndex(const ExpertsIndex& index) {
   assert(index.first_moe_layer <= index.n_layers);
   assert(index.records.size() ==
@@ -202,6 +208,25 @@ Result<uint64_t> DecodePathTable(std::string_view bytes, const std::string& sour
   return records_at;
 }
 
+// An absent record names no bytes: each field other than flags must be zero.
+Status CheckAbsentRecord(const ExpertRecord& r, const std::string& where) {
+  auto nonzero = [&](const std::string& field, uint64_t v) {
+    return Status::Invalid(where + ": absent record (flags 0x00000001): " + field + " is " +
+                           std::to_string(v) +
+                           ", must be 0 (an expert another rank's share holds has no bytes here)");
+  };
+  if (r.file_id != 0) return nonzero("file_id", r.file_id);
+  if (r.offset != 0) return nonzero("offset", r.offset);
+  if (r.length != 0) return nonzero("length", r.length);
+  for (size_t s = 0; s < kExpertSubCount; ++s) {
+    const std::string sub(kExpertSubNames[s]);
+    if (r.sub_offset[s] != 0) return nonzero("sub_offset of " + sub, r.sub_offset[s]);
+    if (r.sub_size[s] != 0) return nonzero("sub_size of " + sub, r.sub_size[s]);
+  }
+  if (r.xxh3_64 != 0) return nonzero("xxh3_64", r.xxh3_64);
+  return Status::Ok();
+}
+
 // The 128-byte record at `base`; `where` names it in messages.
 Status DecodeRecord(std::string_view bytes, uint64_t base, size_t n_files,
                     const std::string& where, ExpertRecord* r) {
@@ -227,8 +252,9 @@ Status DecodeRecord(std::string_view bytes, uint64_t base, size_t n_files,
   }
   if ((r->flags & ~kExpertFlagsKnown) != 0) {
     return Status::Invalid(where + ": flags 0x" + Hex64(r->flags).substr(8) +
-                           " has unknown bits (version 1 defines none)");
+                           " has unknown bits (version 1 defines only 0x00000001, absent)");
   }
+  if (r->absent()) return CheckAbsentRecord(*r, where);
   if (r->file_id >= n_files) {
     return Status::Invalid(where + ": file_id " + std::to_string(r->file_id) +
                            " is out of range (n_files " + std::to_string(n_files) + ")");
@@ -251,6 +277,31 @@ Status DecodeRecord(std::string_view bytes, uint64_t base, size_t n_files,
                            " is not the sum of the sub-tensor sizes " + std::to_string(end));
   }
   return Status::Ok();
+}
+
+// The share rule: a record is absent exactly when k3.json's share does not hold its expert.
+Status CheckPresence(const ExpertRecord& r, int expert, int n_experts, const ExpertShare* share,
+                     const std::string& where) {
+  if (share == nullptr) {
+    if (!r.absent()) return Status::Ok();
+    return Status::Invalid(where + ": absent, but k3.json has no share: a full prepared directory "
+                                   "holds every expert (re-run k3prep pack or k3prep split)");
+  }
+  const bool holds = share->Holds(expert, n_experts);
+  if (holds != r.absent()) return Status::Ok();
+  const ExpertMap map = share->Map(n_experts);
+  const int owner = map.Owner(expert);
+  const std::string mine = "rank " + std::to_string(share->rank) + " of " +
+                           std::to_string(share->ranks) + " holds experts " +
+                           std::to_string(map.Begin(static_cast<int>(share->rank))) + ".." +
+                           std::to_string(map.End(static_cast<int>(share->rank)) - 1);
+  if (holds) {
+    return Status::Invalid(where + ": absent, but k3.json's share says this directory holds it (" +
+                           mine + " of every MoE layer; re-run k3prep split)");
+  }
+  return Status::Invalid(where + ": present, but k3.json's share does not hold it (" + mine +
+                         "; expert " + std::to_string(expert) + " is rank " +
+                         std::to_string(owner) + "'s; re-run k3prep split)");
 }
 
 }  // namespace
@@ -311,10 +362,15 @@ Status ValidateExpertsIndex(const ExpertsIndex& idx, const ExpertsIndexCheck& ch
   };
   std::vector<Span> spans;
   spans.reserve(idx.records.size());
+  std::vector<bool> used(idx.files.size(), false);
   for (uint64_t i = 0; i < idx.records.size(); ++i) {
     const ExpertRecord& r = idx.records[i];
     const std::string where = At(source, records_at + i * kExpertRecordSize) + ": " +
                               RecordName(idx, i);
+    K3_RETURN_IF_ERROR(CheckPresence(r, static_cast<int>(i % idx.n_experts), c.n_experts,
+                                     check.share, where));
+    if (r.absent()) continue;
+    used[r.file_id] = true;
     for (size_t s = 0; s < kExpertSubCount; ++s) {
       if (r.sub_size[s] != want[s]) {
         return Status::Invalid(where + ": sub_size of " + std::string(kExpertSubNames[s]) +
@@ -336,6 +392,13 @@ Status ValidateExpertsIndex(const ExpertsIndex& idx, const ExpertsIndexCheck& ch
                              " (copy mode places every expert on a 4096-byte boundary)");
     }
     spans.push_back(Span{r.offset, r.offset + r.length, i, r.file_id});
+  }
+  for (size_t f = 0; f < used.size(); ++f) {
+    if (!used[f]) {
+      return Status::Invalid(source + ": path table entry " + std::to_string(f) + " \"" +
+                             idx.files[f] + "\" is used by no present record (the path table "
+                             "and k3.json's expert_files list only the files the records read)");
+    }
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.file != b.file ? a.file < b.file : a.begin < b.begin;

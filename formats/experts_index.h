@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "formats/config.h"
+#include "formats/expert_share.h"
 #include "formats/prepared_layout.h"
 
 namespace k3::prepared {
@@ -37,8 +38,11 @@ inline constexpr uint32_t kExpertRecordSize = 128;
 // The path table ends on this boundary so records start cache-line aligned.
 inline constexpr uint32_t kPathTableAlign = 64;
 inline constexpr uint32_t kMaxExpertPathLen = 4096;  // PATH_MAX
-// Record flags. Version 1 defines none: every bit must be zero.
-inline constexpr uint32_t kExpertFlagsKnown = 0;
+// Record flags; readers reject any other bit.
+// Absent: this expert is not in this directory, another rank's share holds it (k3prep split,
+// formats/expert_share.h). Every other field of an absent record is zero: it names no bytes.
+inline constexpr uint32_t kExpertFlagAbsent = 1u;
+inline constexpr uint32_t kExpertFlagsKnown = kExpertFlagAbsent;
 
 struct ExpertRecord {
   uint32_t file_id = 0;
@@ -48,6 +52,8 @@ struct ExpertRecord {
   std::array<uint64_t, kExpertSubCount> sub_offset{};  // relative to offset
   std::array<uint32_t, kExpertSubCount> sub_size{};
   uint64_t xxh3_64 = 0;  // of the `length` bytes at offset
+
+  bool absent() const { return (flags & kExpertFlagAbsent) != 0; }
 };
 
 struct ExpertsIndex {
@@ -73,6 +79,8 @@ uint64_t ExpertsIndexFileSize(const std::vector<std::string>& files, uint64_t n_
 ExpertRecord MakeExpertRecord(uint32_t file_id, uint64_t offset,
                               const std::array<uint64_t, kExpertSubCount>& sub_sizes,
                               uint64_t xxh3_64);
+// The record of an expert another rank's share holds: kExpertFlagAbsent, every other field zero.
+ExpertRecord MakeAbsentRecord();
 
 // Encodes `index`; the result is the exact file content. Asserts (a bug, not input) when the
 // record count does not match the header fields.
@@ -82,7 +90,8 @@ std::string EncodeExpertsIndex(const ExpertsIndex& index);
 // version, record_size, reserved, first_moe_layer ≤ n_layers, path table bounds (no
 // zero-length path, path_len ≤ 4096, no NUL), zero padding to 64, exact file size for the
 // record count, each record's padding zero, flags known, file_id < n_files, sub-tensors
-// contiguous in canonical order from 0 and summing to length.
+// contiguous in canonical order from 0 and summing to length; an absent record has every other
+// field zero.
 Result<ExpertsIndex> DecodeExpertsIndex(std::string_view bytes, const std::string& source);
 
 struct ExpertsIndexCheck {
@@ -91,9 +100,13 @@ struct ExpertsIndexCheck {
   std::vector<uint64_t> file_sizes;
   // Copy mode: every expert must start on kExpertAlign.
   bool require_aligned = false;
+  // k3.json's share: exactly the experts it does not hold are absent. Null: a full directory,
+  // where no record may be absent.
+  const ExpertShare* share = nullptr;
 };
-// Semantic checks: header fields equal the config, sub sizes match the config's expert shapes,
-// every expert inside its file, no two experts overlap.
+// Semantic checks: header fields equal the config, absent records are exactly the experts the
+// share does not hold, sub sizes of present records match the config's expert shapes, every
+// present expert inside its file, no two overlap, every file in the path table used by one.
 Status ValidateExpertsIndex(const ExpertsIndex& index, const ExpertsIndexCheck& check,
                             const std::string& source);
 

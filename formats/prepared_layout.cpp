@@ -368,7 +368,11 @@ Result<Layout> BuildLayout(const ModelConfig& c, const std::vector<TensorSpec>& 
   return layout;
 }
 
-ExpertPlan PlanCopyExperts(const ModelConfig& c, const std::vector<std::string>& stripe_dirs) {
+namespace {
+
+// Copy mode's placement of experts [begin, end) of every MoE layer (the others get no slot).
+ExpertPlan PlanExperts(const ModelConfig& c, const std::vector<std::string>& stripe_dirs,
+                       int begin, int end) {
   ExpertPlan plan;
   const uint64_t n_disks = stripe_dirs.empty() ? 1 : stripe_dirs.size();
   const uint64_t bytes = ExpertBytes(c);
@@ -377,7 +381,7 @@ ExpertPlan PlanCopyExperts(const ModelConfig& c, const std::vector<std::string>&
   for (int layer = c.first_dense; layer < c.n_layers; ++layer) {
     // file id of (this layer, disk d), assigned on first use so no file is empty.
     std::vector<int64_t> ids(n_disks, -1);
-    for (int e = 0; e < c.n_experts; ++e) {
+    for (int e = begin; e < end; ++e) {
       const uint64_t disk = (U(layer) * U(c.n_experts) + U(e)) % n_disks;
       if (ids[disk] < 0) {
         ids[disk] = static_cast<int64_t>(plan.files.size());
@@ -393,8 +397,18 @@ ExpertPlan PlanCopyExperts(const ModelConfig& c, const std::vector<std::string>&
       ends[id] = slot.offset + bytes;
     }
   }
-  for (uint64_t end : ends) plan.file_sizes.push_back(AlignUp(end, kExpertAlign));
+  for (uint64_t end_of_file : ends) plan.file_sizes.push_back(AlignUp(end_of_file, kExpertAlign));
   return plan;
+}
+
+}  // namespace
+
+ExpertPlan PlanCopyExperts(const ModelConfig& c, const std::vector<std::string>& stripe_dirs) {
+  return PlanExperts(c, stripe_dirs, 0, c.n_experts);
+}
+
+ExpertPlan PlanShareExperts(const ModelConfig& c, int begin, int end) {
+  return PlanExperts(c, {}, begin, end);
 }
 
 }  // namespace k3::prepared

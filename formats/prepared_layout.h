@@ -181,6 +181,11 @@ struct ExpertPlan {
 // One file per (MoE layer, disk). Expert e of layer L goes to disk (L·n_experts + e) mod n_disks;
 // inside a file experts are in ascending e, each at the previous end rounded up to kExpertAlign.
 ExpertPlan PlanCopyExperts(const ModelConfig& c, const std::vector<std::string>& stripe_dirs);
+// A share's experts (k3prep split, formats/expert_share.h): copy mode without stripe dirs, for
+// experts [begin, end) of every MoE layer only, so each experts/layer-LLL.bin holds just those,
+// back to back on kExpertAlign. The other experts' slots are zero and unused (their records are
+// absent). PlanShareExperts(c, 0, n_experts) is PlanCopyExperts(c, {}).
+ExpertPlan PlanShareExperts(const ModelConfig& c, int begin, int end);
 
 // Record index of (layer, expert): (L − first_dense) · n_experts + e.
 inline uint64_t ExpertRecordIndex(const ModelConfig& c, int layer, int expert) {

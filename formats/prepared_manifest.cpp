@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "common/hex.h"
 #include "formats/manifest_json.h"
@@ -204,6 +205,29 @@ Status ValidateExpertsIndexSize(const Manifest& m, const std::string& source) {
   return Status::Ok();
 }
 
+// A share's fields against the config: the map is version 1's, the ranks fit the experts, the
+// rank is one of them.
+Status ValidateShare(const Manifest& m, const std::string& source) {
+  if (!m.share) return Status::Ok();
+  const ExpertShare& s = *m.share;
+  if (s.map != kContiguousMap) {
+    return Status::Invalid(source + ": share.map: \"" + s.map +
+                           "\" is not \"contiguous\" (the only map of format version 1)");
+  }
+  if (s.ranks > static_cast<uint32_t>(kMaxRanks)) {
+    return Status::Invalid(source + ": share.ranks: " + std::to_string(s.ranks) +
+                           " exceeds the bound " + std::to_string(kMaxRanks));
+  }
+  K3_RETURN_IF_ERROR(ValidateRanks(static_cast<int>(s.ranks), RoutedExperts(m.config),
+                                   source + ": share.ranks"));
+  if (s.rank >= s.ranks) {
+    return Status::Invalid(source + ": share.rank: " + std::to_string(s.rank) +
+                           " is not below share.ranks " + std::to_string(s.ranks) +
+                           " (ranks are numbered 0 to ranks - 1)");
+  }
+  return Status::Ok();
+}
+
 // Recomputes the layout from the config and the listed tensors and requires equality: this is
 // where dtypes and shapes are checked against the config, and offsets against the format.
 Status ValidateAgainstLayout(const Manifest& m, const std::string& source) {
@@ -302,6 +326,27 @@ Result<std::vector<FileEntry>> ParseFileArray(mjson::ObjectReader& parent, std::
   return out;
 }
 
+// "share": {"ranks", "rank", "map"}; the values' rules are ValidateShare's.
+Result<ExpertShare> ParseShare(mjson::ObjectReader& root) {
+  K3_ASSIGN_OR_RETURN(const json* obj, root.Object("share"));
+  K3_ASSIGN_OR_RETURN(mjson::ObjectReader o, mjson::ObjectReader::Make(*obj, root.Path("share")));
+  K3_ASSIGN_OR_RETURN(uint64_t ranks, o.Unsigned("ranks"));
+  K3_ASSIGN_OR_RETURN(uint64_t rank, o.Unsigned("rank"));
+  ExpertShare s;
+  K3_ASSIGN_OR_RETURN(s.map, o.String("map"));
+  K3_RETURN_IF_ERROR(o.CheckNoUnknownKeys());
+  // Bounded before narrowing, so a huge value cannot wrap into a valid one.
+  for (const auto& [key, v] : {std::pair{"ranks", ranks}, std::pair{"rank", rank}}) {
+    if (v > static_cast<uint64_t>(kMaxRanks)) {
+      return Status::Invalid(o.Path(key) + ": " + std::to_string(v) + " exceeds the bound " +
+                             std::to_string(kMaxRanks) + " (k3 runs at most that many ranks)");
+    }
+  }
+  s.ranks = static_cast<uint32_t>(ranks);
+  s.rank = static_cast<uint32_t>(rank);
+  return s;
+}
+
 Result<ModelConfig> ParseConfigObject(const json& obj, const std::string& where) {
   if (!obj.is_object()) return Status::Invalid(where + ": expected an object");
   Result<ModelConfig> parsed = ParseModelConfig(obj.dump(), where);
@@ -370,6 +415,7 @@ Status ValidateManifest(const Manifest& m, const std::string& source) {
                                     "version 1 stores routed experts as MXFP4)");
   }
   K3_RETURN_IF_ERROR(ValidateSource(m, source));
+  K3_RETURN_IF_ERROR(ValidateShare(m, source));
   K3_RETURN_IF_ERROR(ValidateFiles(m, source));
   K3_RETURN_IF_ERROR(ValidateRegionBounds(m, source));
   K3_RETURN_IF_ERROR(ValidateWholeFileRegions(m, source));
@@ -393,6 +439,9 @@ Result<std::string> RenderManifest(const Manifest& m) {
                         {"model_dir_given", m.source.model_dir_given},
                         {"shards", std::move(shards)}};
   doc["experts_mode"] = ExpertsModeName(m.experts_mode);
+  if (m.share) {
+    doc["share"] = ojson{{"ranks", m.share->ranks}, {"rank", m.share->rank}, {"map", m.share->map}};
+  }
   doc["files"] = FileArray(m.files);
   doc["expert_files"] = FileArray(m.expert_files);
   ojson runs = ojson::array();
@@ -461,6 +510,9 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   } else {
     return Status::Invalid(root.Path("experts_mode") + ": \"" + mode +
                            "\" is not \"link\" or \"copy\"");
+  }
+  if (root.Has("share")) {
+    K3_ASSIGN_OR_RETURN(m.share, ParseShare(root));
   }
   K3_ASSIGN_OR_RETURN(m.files, ParseFileArray(root, "files"));
   K3_ASSIGN_OR_RETURN(m.expert_files, ParseFileArray(root, "expert_files"));

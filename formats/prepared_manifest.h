@@ -8,10 +8,12 @@
 //   3. k3.json is parsed strictly (duplicate/unknown keys, types) and validated: the config
 //      re-parses to exactly itself, every region lies inside its file, no two overlap, the
 //      trunk/resident regions equal the layout BuildLayout recomputes from the config (so dtypes,
-//      shapes, order and alignment are the format's), file sizes are the layout's;
+//      shapes, order and alignment are the format's), file sizes are the layout's, a share's
+//      ranks fit the config's experts (ValidateRanks) and its rank is below them;
 //   4. every file's size on disk equals k3.json's (truncation is caught), experts.idx is hashed
 //      against k3.json's region (it is small, so every open pays for it), then decoded and
-//      validated against the config and the expert files.
+//      validated against the config, the share (exactly the experts it does not hold are
+//      absent; without a share none is) and the expert files.
 // Writing validates the same rules first, removes any old k3.sum, writes k3.json atomically, then
 // k3.sum atomically: k3.sum exists only when k3.json is complete, so an interrupted pack never
 // leaves a directory that opens.
@@ -22,10 +24,13 @@
 // object, so a hand-edited or stale config cannot slip through.
 //
 // Non-goals: hashing region bytes (k3verify --deep), writing regions (k3prep pack).
-// Evolution: unknown keys are rejected; any change bumps "version".
+// Evolution: unknown keys are rejected; any change bumps "version". "share" is the one optional
+// key of version 1: a reader older than it refuses a share's k3.json (unknown key), never
+// misreads one.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +39,7 @@
 #include "common/hash.h"
 #include "common/status.h"
 #include "formats/config.h"
+#include "formats/expert_share.h"
 #include "formats/experts_index.h"
 #include "formats/prepared_layout.h"
 
@@ -77,6 +83,10 @@ struct Manifest {
   std::vector<TrunkRun> runs;
   // Trunk regions (layout order), resident regions, then experts.idx and tokenizer files.
   std::vector<Region> regions;
+  // k3.json "share": this directory holds one rank's experts only (k3prep split; the others'
+  // experts.idx records are absent). Absent for a full directory, and then not rendered, so a
+  // full directory's k3.json is what it always was.
+  std::optional<ExpertShare> share;
 
   const FileEntry* FindFile(std::string_view path) const;
   const Region* FindRegion(std::string_view name) const;

@@ -92,6 +92,7 @@ Result<ExpertsIndex> ReadExpertsIndex(Env* env, const std::string& dir, const Ma
   ExpertsIndexCheck check;
   check.config = &m.config;
   check.require_aligned = m.experts_mode == ExpertsMode::kCopy;
+  check.share = m.share ? &*m.share : nullptr;
   for (size_t i = 0; i < m.expert_files.size(); ++i) {
     if (idx.files[i] != m.expert_files[i].path) {
       return Status::Invalid(idx_path + ": path table entry " + std::to_string(i) + " \"" +

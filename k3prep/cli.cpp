@@ -13,6 +13,7 @@
 #include "k3prep/doctor/command.h"
 #include "k3prep/download/command.h"
 #include "k3prep/pack/command.h"
+#include "k3prep/split/command.h"
 #include "k3prep/synth/checkpoint.h"
 
 namespace k3::prep {
@@ -84,7 +85,7 @@ void AddSynth(CLI::App* app, SynthFlags* f, OutputOptions* out) {
 }  // namespace
 
 int Main(int argc, char** argv) {
-  CLI::App app("k3prep: prepare Kimi K3 checkpoints (download, synth, pack, doctor)",
+  CLI::App app("k3prep: prepare Kimi K3 checkpoints (download, synth, pack, split, doctor)",
                "k3prep");
   app.require_subcommand(1);
   app.set_version_flag("--version", "k3prep 0.1.0");
@@ -95,10 +96,12 @@ int Main(int argc, char** argv) {
   AddOutputFlags(&app, &out);
   AddSynth(&app, &synth_flags, &out);
   CLI::App* pack_cmd = AddPackCommand(&app, &out);
+  CLI::App* split_cmd = AddSplitCommand(&app, &out);
   CLI::App* download_cmd = AddDownloadCommand(&app, &out);
   CLI::App* doctor_cmd = AddDoctorCommand(&app, &out);
   return RunCli(app, argc, argv, [&]() -> Status {
     if (pack_cmd->parsed()) return RunPackCommand(pack_cmd);
+    if (split_cmd->parsed()) return RunSplitCommand(split_cmd);
     if (download_cmd->parsed()) return RunDownloadCommand(download_cmd);
     if (doctor_cmd->parsed()) return RunDoctorCommand(doctor_cmd);
     synth::SynthOptions& o = synth_flags.opts;

@@ -88,22 +88,32 @@ Result<TensorDir> TensorDir::Open(Env* env, const std::string& dir, const std::s
   return out;
 }
 
-std::optional<TensorRef> TensorDir::ExpertRef(int layer, int expert, int sub, bool mxfp4) const {
+Result<std::optional<TensorRef>> TensorDir::ExpertRef(int layer, int expert, int sub,
+                                                     bool mxfp4) const {
   const prepared::PreparedDir& p = *prepared_;
   const prepared::ExpertsIndex& idx = p.experts;
   if (layer < static_cast<int>(idx.first_moe_layer) || layer >= static_cast<int>(idx.n_layers) ||
       expert < 0 || expert >= static_cast<int>(idx.n_experts)) {
-    return std::nullopt;
+    return std::optional<TensorRef>();
   }
   const prepared::ExpertRecord& rec =
       idx.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert));
+  const std::string full = prepared::ExpertTensorName(layer, expert, sub);
+  if (rec.absent()) {
+    // Only a share has absent records (OpenPrepared checked it), and it names who holds them.
+    const prepared::ExpertShare& share = *p.manifest.share;
+    const int owner = share.Map(static_cast<int>(idx.n_experts)).Owner(expert);
+    return Status::Invalid(p.dir + ": tensor \"" + full + "\" (layer " + std::to_string(layer) +
+                           ", expert " + std::to_string(expert) +
+                           ") is in another rank's share (rank " + std::to_string(owner) +
+                           "'s): " + prepared::AbsentExpertReason(share));
+  }
   const std::string& path = p.expert_paths[rec.file_id];
   TensorRef ref;
   auto piece = [&](int s) {
     const auto si = static_cast<size_t>(s);
     return TensorPiece{path, rec.offset + rec.sub_offset[si], rec.sub_size[si]};
   };
-  const std::string full = prepared::ExpertTensorName(layer, expert, sub);
   if (mxfp4) {
     ref.name = full.substr(0, full.size() - fixture::kPackedSuffix.size());
     ref.mxfp4 = true;
@@ -116,23 +126,24 @@ std::optional<TensorRef> TensorDir::ExpertRef(int layer, int expert, int sub, bo
     ref.shape = prepared::ExpertSubShape(p.manifest.config, sub);
     ref.pieces = {piece(sub)};
   }
-  return ref;
+  return std::optional<TensorRef>(std::move(ref));
 }
 
-std::optional<TensorRef> TensorDir::FindPreparedRaw(const std::string& name) const {
+Result<std::optional<TensorRef>> TensorDir::FindPreparedRaw(const std::string& name) const {
   const prepared::Manifest& m = prepared_->manifest;
   const prepared::Region* r = m.FindRegion(name);
   if (r != nullptr && (r->file == prepared::kTrunkFile || r->file == prepared::kResidentFile)) {
-    return TensorRef{name, false, r->dtype, r->shape,
-                     {TensorPiece{JoinPath(prepared_->dir, r->file), r->offset, r->length}}};
+    return std::optional<TensorRef>(
+        TensorRef{name, false, r->dtype, r->shape,
+                  {TensorPiece{JoinPath(prepared_->dir, r->file), r->offset, r->length}}});
   }
   int layer = 0, expert = 0;
   std::string rest;
-  if (!ParseExpertName(name, &layer, &expert, &rest)) return std::nullopt;
+  if (!ParseExpertName(name, &layer, &expert, &rest)) return std::optional<TensorRef>();
   for (int s = 0; s < prepared::kExpertSubCount; ++s) {
     if (rest == prepared::kExpertSubNames[static_cast<size_t>(s)]) return ExpertRef(layer, expert, s, false);
   }
-  return std::nullopt;
+  return std::optional<TensorRef>();
 }
 
 Result<std::optional<TensorRef>> TensorDir::CheckpointPair(const std::string& name) const {
@@ -186,13 +197,15 @@ std::vector<TensorRef> TensorDir::All(uint64_t* skipped) const {
   if (prepared_) {
     for (const prepared::Region& r : prepared_->manifest.regions) {
       if (r.file != prepared::kTrunkFile && r.file != prepared::kResidentFile) continue;
-      out.push_back(*FindPreparedRaw(r.name));
+      out.push_back(**FindPreparedRaw(r.name));  // a trunk/resident region: always found
     }
     const prepared::ExpertsIndex& idx = prepared_->experts;
     for (uint32_t layer = idx.first_moe_layer; layer < idx.n_layers; ++layer) {
       for (uint32_t e = 0; e < idx.n_experts; ++e) {
+        // A share records only what it holds; the other ranks' shares record the rest.
+        if (idx.At(layer, e).absent()) continue;
         for (int s = 0; s < prepared::kExpertSubCount; s += 2) {
-          out.push_back(*ExpertRef(static_cast<int>(layer), static_cast<int>(e), s, true));
+          out.push_back(**ExpertRef(static_cast<int>(layer), static_cast<int>(e), s, true));
         }
       }
     }

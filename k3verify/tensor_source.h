@@ -54,15 +54,18 @@ class TensorDir {
   const char* kind() const { return prepared() ? "prepared directory" : "checkpoint"; }
 
   // nullopt when the directory has no such tensor; kInvalid when it has one whose parts do not
-  // form what was asked (an MXFP4 pair with inconsistent shapes).
+  // form what was asked (an MXFP4 pair with inconsistent shapes), or when a share's tensor is an
+  // expert another rank's share holds.
   Result<std::optional<TensorRef>> Find(const std::string& name, bool mxfp4) const;
   // Every tensor as --emit records it: language-model tensors only (a prepared directory holds
-  // nothing else), MXFP4 pairs as one entry. `skipped` counts checkpoint tensors left out.
+  // nothing else), MXFP4 pairs as one entry; a share's experts only those it holds. `skipped`
+  // counts checkpoint tensors left out.
   std::vector<TensorRef> All(uint64_t* skipped) const;
 
  private:
-  std::optional<TensorRef> FindPreparedRaw(const std::string& name) const;
-  std::optional<TensorRef> ExpertRef(int layer, int expert, int sub, bool mxfp4) const;
+  Result<std::optional<TensorRef>> FindPreparedRaw(const std::string& name) const;
+  // kInvalid for an expert another rank's share holds (an absent record), naming that rank.
+  Result<std::optional<TensorRef>> ExpertRef(int layer, int expert, int sub, bool mxfp4) const;
   Result<std::optional<TensorRef>> CheckpointPair(const std::string& name) const;
 
   std::optional<st::CheckpointIndex> checkpoint_;

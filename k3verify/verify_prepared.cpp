@@ -191,7 +191,8 @@ void PlanExperts(const PreparedOptions& o, const Manifest& m, const ExpertsIndex
                  const st::CheckpointIndex* src, ScanPlan* plan, PreparedReport* r) {
   for (uint64_t k = 0; k < idx.records.size(); ++k) {
     const prepared::ExpertRecord& rec = idx.records[k];
-    if (!ok[rec.file_id]) continue;
+    // Another rank's share holds it: nothing here to read (ReadExpertsIndex checked the map).
+    if (rec.absent() || !ok[rec.file_id]) continue;
     const int layer = static_cast<int>(idx.first_moe_layer + k / idx.n_experts);
     const int expert = static_cast<int>(k % idx.n_experts);
     ScanItem it;
@@ -284,7 +285,13 @@ Result<PreparedReport> VerifyPrepared(Env* env, const PreparedOptions& o) {
   if (!bad.count(std::string(prepared::kExpertsIndexFile))) idx = CheckExpertsIndex(env, o.dir, m, &r);
   std::vector<bool> expert_ok;
   const std::vector<std::string> expert_paths = CheckExpertFiles(env, o, m, &expert_ok, &r);
-  if (idx) r.experts = idx->records.size();
+  if (idx) {
+    r.experts = idx->records.size();
+    r.experts_present = static_cast<uint64_t>(
+        std::count_if(idx->records.begin(), idx->records.end(),
+                      [](const prepared::ExpertRecord& rec) { return !rec.absent(); }));
+  }
+  if (m.share) r.share = prepared::DescribeShare(*m.share);
   if (!o.deep && o.against.empty()) return r;
 
   // 4–5: one pass per file.
@@ -318,6 +325,10 @@ std::string RenderPreparedText(const PreparedReport& r) {
                 static_cast<unsigned long long>(r.regions),
                 static_cast<unsigned long long>(r.experts));
   out += line;
+  if (!r.share.empty()) {
+    out += "share: " + r.share + ", experts " + std::to_string(r.experts_present) + " of " +
+           std::to_string(r.experts) + " present\n";
+  }
   if (r.deep || !r.against.empty()) {
     const double gb = static_cast<double>(r.bytes_scanned) / 1e9;
     std::snprintf(line, sizeof(line),
@@ -346,6 +357,8 @@ std::string RenderPreparedJson(const PreparedReport& r) {
   j["files"] = r.files;
   j["regions"] = r.regions;
   j["experts"] = r.experts;
+  j["experts_present"] = r.experts_present;
+  j["share"] = r.share.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.share);
   j["items_hashed"] = r.items_hashed;
   j["items_compared"] = r.items_compared;
   j["bytes_scanned"] = r.bytes_scanned;

@@ -10,7 +10,8 @@
 //      validation against the config and expert_files; then every expert file (shards in link
 //      mode, relocatable with --model-dir) present with its recorded size;
 //   4. --deep: every region re-hashed (XXH3-128) and every expert (XXH3-64 of its `length`
-//      bytes), mismatches named by region (tensor, file, offset) or by layer/expert;
+//      bytes), mismatches named by region (tensor, file, offset) or by layer/expert; a share's
+//      absent experts are not read (step 3 checked they are exactly those of the other ranks);
 //   5. --against MODEL_DIR: every trunk/resident region, every expert sub-tensor and every
 //      tokenizer file byte-compared with its source, naming the first differing byte.
 // Steps 4 and 5 share one pass over each file (file_scan.h). Files whose size is wrong are not
@@ -44,6 +45,8 @@ struct PreparedReport {
   uint64_t files = 0;         // files whose presence and size were checked
   uint64_t regions = 0;       // regions listed in k3.json
   uint64_t experts = 0;       // expert records
+  uint64_t experts_present = 0;  // of them, not absent (all of them unless a share)
+  std::string share;          // "rank 1 of 4 (contiguous)" for a share; empty for a full dir
   uint64_t items_hashed = 0;  // regions + experts re-hashed (--deep)
   uint64_t items_compared = 0;
   uint64_t bytes_scanned = 0;

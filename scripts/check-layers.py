@@ -20,7 +20,8 @@ K3RUN_BELOW = {
     'grammar': set(),
     'engine': {'kernels', 'ops', 'weights', 'stream', 'text', 'grammar'},
     'serve': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar'},
-    'app': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'serve'},
+    'mpi': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar'},
+    'app': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'serve', 'mpi'},
 }
 TOP_BELOW = {
     'common': set(),

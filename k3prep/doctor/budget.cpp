@@ -40,7 +40,12 @@ BudgetFloor FloorOf(const std::vector<prepared::TrunkRun>& runs, uint64_t larges
   return f;
 }
 
-Result<BudgetFloor> FloorFromConfig(const ModelConfig& c) {
+BudgetFloor FloorOfLayout(const prepared::Layout& layout, const ModelConfig& c) {
+  return FloorOf(layout.runs, prepared::ExpertBytes(c), c.topk,
+                 c.n_moe_layers() > 0 && c.n_experts > 0);
+}
+
+Result<prepared::Layout> LayoutFromConfig(const ModelConfig& c) {
   std::vector<prepared::TensorSpec> tensors;
   auto add = [&](const std::vector<prepared::ExpectedTensor>& list) {
     for (const prepared::ExpectedTensor& t : list) {
@@ -54,14 +59,23 @@ Result<BudgetFloor> FloorFromConfig(const ModelConfig& c) {
   };
   for (int L = 0; L < c.n_layers; ++L) add(prepared::ExpectedLayerTensors(c, L));
   add(prepared::ExpectedResidentTensors(c));
-  K3_ASSIGN_OR_RETURN(prepared::Layout layout, prepared::BuildLayout(c, tensors, /*require_experts=*/false));
-  return FloorOf(layout.runs, prepared::ExpertBytes(c), c.topk, c.n_moe_layers() > 0 && c.n_experts > 0);
+  return prepared::BuildLayout(c, tensors, /*require_experts=*/false);
+}
+
+Result<BudgetFloor> FloorFromConfig(const ModelConfig& c) {
+  K3_ASSIGN_OR_RETURN(prepared::Layout layout, LayoutFromConfig(c));
+  return FloorOfLayout(layout, c);
+}
+
+Result<prepared::Layout> LayoutFromCheckpoint(Env* env, const std::string& dir,
+                                              const ModelConfig& c) {
+  K3_ASSIGN_OR_RETURN(st::CheckpointIndex index, st::CheckpointIndex::Open(env, dir));
+  return prepared::BuildLayout(c, prepared::TensorsOf(index));
 }
 
 Result<BudgetFloor> FloorFromCheckpoint(Env* env, const std::string& dir, const ModelConfig& c) {
-  K3_ASSIGN_OR_RETURN(st::CheckpointIndex index, st::CheckpointIndex::Open(env, dir));
-  K3_ASSIGN_OR_RETURN(prepared::Layout layout, prepared::BuildLayout(c, prepared::TensorsOf(index)));
-  return FloorOf(layout.runs, prepared::ExpertBytes(c), c.topk, c.n_moe_layers() > 0 && c.n_experts > 0);
+  K3_ASSIGN_OR_RETURN(prepared::Layout layout, LayoutFromCheckpoint(env, dir, c));
+  return FloorOfLayout(layout, c);
 }
 
 std::optional<SynthFit> LargestSynthPresetWithin(uint64_t bytes) {

@@ -50,10 +50,14 @@ BudgetFloor FloorOf(const std::vector<prepared::TrunkRun>& runs, uint64_t larges
 
 // Estimated from a config alone: every required trunk tensor as BF16 at its released shape,
 // placed by formats' BuildLayout. Exact for the released model's trunk up to the few F32 vectors.
+Result<prepared::Layout> LayoutFromConfig(const ModelConfig& c);
 Result<BudgetFloor> FloorFromConfig(const ModelConfig& c);
 // Exact from a checkpoint's own tensors (opens every shard header). kInvalid when the checkpoint
 // does not lay out (the message names the shard/tensor/rule, as `k3prep pack` would).
+Result<prepared::Layout> LayoutFromCheckpoint(Env* env, const std::string& dir, const ModelConfig& c);
 Result<BudgetFloor> FloorFromCheckpoint(Env* env, const std::string& dir, const ModelConfig& c);
+// The floor of a laid-out model (its runs, the config's expert size and top-k).
+BudgetFloor FloorOfLayout(const prepared::Layout& layout, const ModelConfig& c);
 
 // The largest of tiny < small < bench whose floor (from its config) is ≤ `bytes`.
 struct SynthFit {

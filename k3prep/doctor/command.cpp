@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "formats/expert_share.h"
 #include "k3prep/doctor/doctor.h"
 
 namespace k3::prep {
@@ -37,6 +38,10 @@ class DoctorApp : public CLI::App {
         ->check(InRange(1, 4294967296.0));
     add_flag("--no-probe", no_probe, "skip the read probe (writes nothing big to DIR)");
     add_flag("--pread", opts.force_pread, "probe with the pread thread pool instead of io_uring");
+    add_option("--ranks", opts.ranks,
+               "also print what each rank of an N-rank MPI run needs: trunk, its expert share "
+               "in RAM, a budget and its share directory's disk (docs/SCALE-OUT.md)")
+        ->check(InRange(1, prepared::kMaxRanks));
     AddOutputFlags(this, &own_out);
     AddJsonFlag(this, &own_out);
   }

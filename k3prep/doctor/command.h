@@ -1,5 +1,5 @@
 // `k3prep doctor [DIR] [--probe-mb N] [--probe-seconds S] [--read-size BYTES] [--no-probe]
-// [--pread] [--json]`: the CLI11 subcommand over RunDoctor (k3prep/doctor/doctor.h). Flags only.
+// [--pread] [--ranks N] [--json]`: the CLI11 subcommand over RunDoctor (k3prep/doctor/doctor.h). Flags only.
 #pragma once
 
 #include <CLI/CLI.hpp>

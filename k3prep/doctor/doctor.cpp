@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <string_view>
 
 #include "common/progress.h"
@@ -205,6 +206,64 @@ void RunProbe(Env* env, const DoctorOptions& o, DoctorReport* r) {
                      "the disk's own rates, what every expert-cache miss in k3run pays");
 }
 
+// The budget suggested for one process of a model whose floor is `need`: the largest preset
+// within 80 % of MemAvailable that is at least the floor, else that 80 % (or just above the
+// floor when 80 % is below it). *flag gets the k3run flag that gives it.
+uint64_t SuggestedBudget(const MemoryReport& mem, uint64_t need, std::string* flag) {
+  if (const RunPreset* p = LargestPresetWithin(mem.usable, need)) {
+    *flag = std::string("--preset ") + p->name;
+    return static_cast<uint64_t>(std::llround(p->gb * 1e9));
+  }
+  const uint64_t bytes = std::max(mem.usable, need + 999'999);
+  *flag = "--budget-gb " + BudgetFlagGb(bytes);
+  return bytes;
+}
+
+// --ranks N: the per-rank plan, from DIR's model, or the released config when DIR holds none.
+void PlanScaleOut(const DoctorOptions& o, DoctorReport* r) {
+  if (o.ranks <= 0 || !r->dir_ok) return;
+  std::optional<ModelSizes> sizes = r->model.sizes;
+  std::optional<BudgetFloor> floor = r->model.floor;
+  if (r->model.kind == ModelKind::kNone) {
+    Result<ModelConfig> c = synth::PresetConfig("full");
+    Result<prepared::Layout> layout =
+        c.ok() ? LayoutFromConfig(*c) : Result<prepared::Layout>(c.status());
+    if (layout.ok()) {
+      sizes = SizesOfLayout(*c, *layout, "the released config (estimated: BF16 trunk, no tokenizer)");
+      floor = FloorOfLayout(*layout, *c);
+    }
+  }
+  if (!sizes || !floor) {
+    r->warnings.push_back("--ranks " + std::to_string(o.ranks) +
+                          ": no per-rank plan, the model in " + r->dir + " does not open");
+    return;
+  }
+  std::string flag;
+  const uint64_t base = SuggestedBudget(r->memory, floor->total(), &flag);
+  Result<RanksReport> plan = PlanRanks(*sizes, o.ranks, base, floor->trunk_min);
+  if (!plan.ok()) {
+    r->ranks_problem = plan.status().message();
+    return;
+  }
+  r->ranks = std::move(plan).value();
+  const std::string n = std::to_string(o.ranks);
+  r->notes.push_back("--ranks " + n + ": every rank's share directory holds the whole trunk, "
+                     "but only rank 0 reads it in a run; each budget holds the rank's experts in "
+                     "RAM: rank 0 gets the one-process budget (" + flag + ") plus its share, "
+                     "ranks >= 1 their share plus " + DecimalGb(kRankMarginBytes) +
+                     " plus the trunk minimum " + DecimalGb(floor->trunk_min) +
+                     " (the trunk ring every rank's plan keeps)");
+  if (r->model.kind == ModelKind::kPrepared && r->model.share.empty()) {
+    r->notes.push_back("make each rank's directory with `k3prep split " + Sh(CommandDir(*r)) +
+                       " --ranks " + n + " --rank R --out " + Sh(CommandDir(*r) + ".rankR") +
+                       "` (R = 0 to " + std::to_string(o.ranks - 1) +
+                       ") and check it with `k3verify prepared DIR --deep`");
+  } else if (!r->model.share.empty()) {
+    r->warnings.push_back(r->dir + " is a share (" + r->model.share +
+                          "): the plan uses its config and trunk; split the full directory");
+  }
+}
+
 void ChooseNext(DoctorReport* r) {
   if (!r->blocking.empty()) return;  // the blocking problems say what to do first
   const std::string dir = CommandDir(*r);
@@ -216,11 +275,8 @@ void ChooseNext(DoctorReport* r) {
         r->next_command = "k3verify prepared " + Sh(dir);
         return;
       }
-      const uint64_t need = m.floor->total();
-      const RunPreset* p = LargestPresetWithin(mem.usable, need);
-      const std::string budget =
-          p != nullptr ? std::string("--preset ") + p->name
-                       : "--budget-gb " + BudgetFlagGb(std::max(mem.usable, need + 999'999));
+      std::string budget;
+      (void)SuggestedBudget(mem, m.floor->total(), &budget);
       r->next_command = "k3run " + Sh(dir) + " " + budget + " --prompt \"...\"";
       return;
     }
@@ -265,6 +321,7 @@ const char* ModelKindName(ModelKind k) {
 }
 
 Status DoctorReport::Verdict() const {
+  if (!ranks_problem.empty()) return Status::Invalid(ranks_problem);
   if (blocking.empty()) return Status::Ok();
   return Status::Io(std::to_string(blocking.size()) + " blocking problem" +
                     (blocking.size() == 1 ? "" : "s") + ": " + blocking.front());
@@ -281,6 +338,7 @@ DoctorReport RunDoctor(Env* env, const DoctorOptions& o) {
   CheckModel(env, &r);
   RunProbe(env, o, &r);
   ChooseNext(&r);
+  PlanScaleOut(o, &r);
   return r;
 }
 

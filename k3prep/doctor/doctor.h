@@ -4,7 +4,7 @@
 // Goals: one report, gathered without side effects beyond scratch files that are always removed;
 // every finding is a fact, a warning (exit 0) or a blocking problem (exit 1: DIR missing, not a
 // directory or not writable; MemAvailable below the smallest budget the model in DIR can run
-// with). The report is the same data for the aligned text table and the --json object.
+// with). With --ranks N, also each rank's needs for an N-rank MPI run (ranks.h). The report is the same data for the aligned text table and the --json object.
 // Non-goals: fixing anything; validating a checkpoint or prepared directory byte by byte
 // (k3verify does that: the doctor only opens what it needs and points there on failure).
 #pragma once
@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "k3prep/doctor/budget.h"
 #include "k3prep/doctor/probe.h"
+#include "k3prep/doctor/ranks.h"
 #include "k3prep/doctor/system.h"
 
 namespace k3::prep {
@@ -33,6 +34,8 @@ struct DoctorOptions {
   std::optional<uint64_t> mem_available;
   // See ProbeOptions::require_direct (tests through FaultEnv only).
   bool require_direct = true;
+  // --ranks N: also print what each rank of an N-rank MPI run needs (ranks.h); 0: not asked.
+  int ranks = 0;
 };
 
 enum class ModelKind { kNone, kCheckpoint, kPrepared };
@@ -46,6 +49,8 @@ struct ModelReport {
   uint64_t expert_bytes = 0;  // largest expert record (0: unknown or none)
   std::string expert_dir;     // where k3run's expert reads will go (link mode: the shards)
   std::string download_repo;  // from DIR/k3-download.json, when present (resume a download)
+  std::optional<ModelSizes> sizes;  // what --ranks plans from (when the model lays out)
+  std::string share;          // a prepared DIR that is one rank's share: "rank 1 of 4 (contiguous)"
 };
 
 struct MemoryReport {
@@ -80,12 +85,15 @@ struct DoctorReport {
   std::optional<uint64_t> free_bytes;
   ProbeSection probe;
   ModelReport model;
+  std::optional<RanksReport> ranks;  // --ranks
+  std::string ranks_problem;         // --ranks N that the model cannot be split into (exit 2)
   std::string next_command;
   std::vector<std::string> notes;     // facts worth a sentence
   std::vector<std::string> warnings;  // do not fail the run
   std::vector<std::string> blocking;  // exit 1
 
-  // OK, or kIo "<n> blocking problem(s): <first>" (exit 1).
+  // OK; kInvalid for a --ranks the model cannot be split into (exit 2); else kIo "<n> blocking
+  // problem(s): <first>" (exit 1).
   Status Verdict() const;
 };
 

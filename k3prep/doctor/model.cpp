@@ -3,9 +3,22 @@
 #include <algorithm>
 
 #include "formats/download_manifest.h"
+#include "formats/expert_share.h"
 #include "formats/prepared_manifest.h"
 
 namespace k3::prep {
+
+// What `k3prep pack` would write for this layout (k3.json estimated as pack estimates it).
+ModelSizes SizesOfLayout(const ModelConfig& c, const prepared::Layout& layout, std::string basis) {
+  ModelSizes z;
+  z.config = c;
+  z.trunk_file = layout.trunk_bytes;
+  z.resident_file = layout.resident_bytes;
+  z.manifest_bytes = (uint64_t{64} << 10) + 512 * (layout.trunk.size() + layout.resident.size() + 4);
+  z.basis = std::move(basis);
+  return z;
+}
+
 namespace {
 
 std::string Parent(const std::string& path) {
@@ -40,7 +53,24 @@ void InspectPrepared(Env* env, const std::string& dir, ModelReport* m) {
   if (!p->expert_paths.empty()) m->expert_dir = Parent(p->expert_paths.front());
   m->summary = "prepared directory (format " + std::to_string(prepared::kManifestVersion) + ", experts " +
                prepared::ExpertsModeName(p->manifest.experts_mode) + "): " + ModelShape(c);
+  if (p->manifest.share) {
+    m->share = prepared::DescribeShare(*p->manifest.share);
+    m->summary += "; the share of " + m->share;
+  }
+  ModelSizes z;
+  z.config = c;
+  z.basis = "the prepared directory";
+  for (const prepared::FileEntry& f : p->manifest.files) {
+    if (f.path == prepared::kTrunkFile) z.trunk_file = f.size;
+    if (f.path == prepared::kResidentFile) z.resident_file = f.size;
+    if (f.path.rfind(std::string(prepared::kTokenizerDir) + "/", 0) == 0) z.tokenizer_bytes += f.size;
+  }
+  // A share's k3.json is this one with "share" added and its own expert file list: close enough.
+  Result<uint64_t> json = env->FileSize(JoinPath(dir, std::string(prepared::kManifestFile)));
+  z.manifest_bytes = (json.ok() ? *json : 0) + 4096;
+  m->sizes = std::move(z);
 }
+
 
 void InspectCheckpoint(Env* env, const std::string& dir, ModelReport* m) {
   m->kind = ModelKind::kCheckpoint;
@@ -53,12 +83,18 @@ void InspectCheckpoint(Env* env, const std::string& dir, ModelReport* m) {
   }
   m->summary = "checkpoint: " + ModelShape(*c);
   if (c->n_experts > 0 && c->n_moe_layers() > 0) m->expert_bytes = prepared::ExpertBytes(*c);
-  Result<BudgetFloor> f = FloorFromCheckpoint(env, dir, *c);
-  if (!f.ok()) {
-    m->problem = f.status().ToString();
+  Result<prepared::Layout> layout = LayoutFromCheckpoint(env, dir, *c);
+  if (!layout.ok()) {
+    m->problem = layout.status().ToString();
     return;
   }
-  m->floor = *f;
+  m->floor = FloorOfLayout(*layout, *c);
+  ModelSizes z = SizesOfLayout(*c, *layout, "the checkpoint's tensors");
+  for (const char* name : {"tiktoken.model", "tokenizer_config.json"}) {
+    Result<uint64_t> size = env->FileSize(JoinPath(dir, name));
+    if (size.ok()) z.tokenizer_bytes += *size;
+  }
+  m->sizes = std::move(z);
 }
 
 bool HasShards(Env* env, const std::string& dir) {

@@ -19,4 +19,8 @@ inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 // Never fails: a directory that does not open is reported in ModelReport::problem.
 ModelReport InspectModelDir(Env* env, const std::string& dir);
 
+// The sizes of what `k3prep pack` writes for a laid-out model (ModelReport::sizes of a
+// checkpoint; the released config's estimate when DIR holds no model).
+ModelSizes SizesOfLayout(const ModelConfig& c, const prepared::Layout& layout, std::string basis);
+
 }  // namespace k3::prep

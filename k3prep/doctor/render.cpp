@@ -38,6 +38,25 @@ std::string FloorLine(const BudgetFloor& f) {
          DecimalGb(f.cache_min) + ")";
 }
 
+// "rank 1   trunk 3.46 MB on disk (not read), experts 2-3 × 12 layers = 24 in RAM (158.21 kB),
+// budget --budget-gb 0.257, disk 3.90 MB".
+void AddRankRows(const RanksReport& k, std::vector<Row>* rows) {
+  rows->emplace_back("ranks", std::to_string(k.ranks) + ", " + k.map + " (sizes from " +
+                                  k.basis + ")");
+  for (const RankNeeds& n : k.per_rank) {
+    const std::string experts =
+        n.expert_end - n.expert_begin == 1
+            ? "expert " + std::to_string(n.expert_begin)
+            : "experts " + std::to_string(n.expert_begin) + "-" + std::to_string(n.expert_end - 1);
+    rows->emplace_back(
+        "rank " + std::to_string(n.rank),
+        "trunk " + DecimalGb(n.trunk_bytes) + (n.reads_trunk ? " read" : " on disk (not read)") +
+            ", " + experts + " of each MoE layer = " + std::to_string(n.experts) + " in RAM (" +
+            DecimalGb(n.share_ram_bytes) + "), budget --budget-gb " +
+            BudgetFlagGb(n.budget_bytes + 999'999) + ", disk " + DecimalGb(n.disk_bytes));
+  }
+}
+
 std::vector<Row> Rows(const DoctorReport& r) {
   std::vector<Row> rows;
   rows.emplace_back("cpu", CpuLine(r.cpu));
@@ -79,6 +98,7 @@ std::vector<Row> Rows(const DoctorReport& r) {
     rows.emplace_back("model", r.model.summary);
     if (r.model.floor) rows.emplace_back("model floor", FloorLine(*r.model.floor));
   }
+  if (r.ranks) AddRankRows(*r.ranks, &rows);
   const ProbeSection& p = r.probe;
   rows.emplace_back("read size", std::to_string(p.requested_read_bytes) + " B (" +
                                      p.read_source + ")");
@@ -189,6 +209,27 @@ std::string RenderDoctorJson(const DoctorReport& r) {
     probe["depths"] = depths;
   }
   j["probe"] = probe;
+  if (r.ranks) {
+    ordered_json per_rank = ordered_json::array();
+    for (const RankNeeds& n : r.ranks->per_rank) {
+      per_rank.push_back({{"rank", n.rank},
+                          {"expert_begin", n.expert_begin},
+                          {"expert_end", n.expert_end},
+                          {"experts", n.experts},
+                          {"trunk_bytes", n.trunk_bytes},
+                          {"reads_trunk", n.reads_trunk},
+                          {"share_ram_bytes", n.share_ram_bytes},
+                          {"budget_bytes", n.budget_bytes},
+                          {"disk_bytes", n.disk_bytes}});
+    }
+    j["ranks"] = {{"ranks", r.ranks->ranks},
+                  {"map", r.ranks->map},
+                  {"basis", r.ranks->basis},
+                  {"rank0_base_budget_bytes", r.ranks->rank0_base},
+                  {"per_rank", per_rank}};
+  } else {
+    j["ranks"] = nullptr;
+  }
   j["next_command"] = r.next_command.empty() ? ordered_json(nullptr) : ordered_json(r.next_command);
   j["notes"] = r.notes;
   j["warnings"] = r.warnings;

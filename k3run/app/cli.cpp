@@ -27,6 +27,7 @@
 #include "k3run/engine/generate.h"
 #include "k3run/engine/speculation.h"
 #include "k3run/kernels/matmul.h"
+#include "k3run/mpi/scale_out.h"
 #include "k3run/engine/session.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3run/app/report.h"
@@ -680,8 +681,16 @@ ProgressMode ResolvedProgressMode(ProgressMode m) {
 
 // --batch (k3run/app/batch.h): the requests read and checked, the plan for every sequence's
 // positions, the weights, then the scheduler.
+// Right after Engine::Open on rank 0 (or in a run without --mpi): the scale-out handshake and
+// the remote experts, or the refusal of a share directory outside the run it was made for.
+Status AttachScaleOut(ScaleOut* scale_out, Engine* engine, const RunOptions& o) {
+  if (scale_out == nullptr) return CheckNotShare(engine->prepared());
+  return scale_out->AttachRoot(engine, o.prepared);
+}
+
 Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa,
-                    const std::function<Status(std::string_view)>& out, bool lines) {
+                    const std::function<Status(std::string_view)>& out, bool lines,
+                    ScaleOut* scale_out) {
   K3_RETURN_IF_ERROR(CheckBatchFlags(o));
   Result<std::string> text = IsStdinPath(*o.batch)
                                  ? (io.read_stdin ? io.read_stdin() : ReadAllFd0())
@@ -691,6 +700,7 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
   if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
   std::unique_ptr<Engine> engine = std::move(opened).value();
+  K3_RETURN_IF_ERROR(AttachScaleOut(scale_out, engine.get(), o));
   const ModelConfig& c = engine->config();
   K3_ASSIGN_OR_RETURN(std::vector<BatchInput> inputs,
                       ParseBatchInputs(*text, BatchInputName(*o.batch), engine->tokenizer(),
@@ -739,7 +749,8 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
 
 // --serve: plan as a chat does (the largest default context that fits, or --ctx) for
 // --max-seqs sequences; the server loads the weights behind /health (k3run/serve/server.h).
-Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, bool lines) {
+Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, bool lines,
+             ScaleOut* scale_out) {
   const char* other = !o.ids.empty() || o.prompt || o.prompt_file ? "a prompt (--ids, --prompt, "
                                                                     "--prompt-file)"
                       : o.chat                   ? "--chat"
@@ -762,6 +773,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
   Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
   if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
   std::unique_ptr<Engine> engine = std::move(opened).value();
+  K3_RETURN_IF_ERROR(AttachScaleOut(scale_out, engine.get(), o));
   RunOptions as_chat = o;  // the chat's context rule, with room for at least one token
   as_chat.chat = true;
   as_chat.gen = 1;
@@ -785,14 +797,31 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   const bool lines = !o.output.quiet && o.output.progress != ProgressMode::kNone;
 
   K3_ASSIGN_OR_RETURN(kernels::Isa isa, SetUpKernels(o));
-  if (o.serve.serve) return Serve(o, io, env, isa, lines);
-  if (o.batch) return RunBatchMode(o, io, env, isa, out, lines);
+  // --mpi: ranks ≥ 1 serve experts for rank 0 and print nothing on stdout; rank 0 runs the
+  // mode asked for. The ScaleOut ends the other ranks when this function returns.
+  std::unique_ptr<ScaleOut> scale_out;
+  if (o.mpi) {
+    K3_ASSIGN_OR_RETURN(scale_out, ScaleOut::Start(ScaleOutOptions{o.mpi_timeout, lines}));
+    if (scale_out->rank() > 0) {
+      RunOptions rank_o = o;
+      rank_o.serve.serve = false;
+      PlanOptions po = PlanOptionsFor(rank_o, io, false);
+      po.sequences = 1;  // experts only: the caches and states live on rank 0
+      po.spec_rows = 0;
+      return scale_out->RunRank(o.prepared, o.model_dir, po);
+    }
+  } else if (o.mpi_timeout != 300) {
+    return Status::Invalid("--mpi-timeout needs --mpi");
+  }
+  if (o.serve.serve) return Serve(o, io, env, isa, lines, scale_out.get());
+  if (o.batch) return RunBatchMode(o, io, env, isa, out, lines, scale_out.get());
   if (o.max_seqs) return Status::Invalid("--max-seqs needs --batch or --serve");
   K3_ASSIGN_OR_RETURN(PromptInput input, ReadPromptInput(env, io, o));
   K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
   Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
   if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
   std::unique_ptr<Engine> engine = std::move(opened).value();
+  K3_RETURN_IF_ERROR(AttachScaleOut(scale_out.get(), engine.get(), o));
   K3_ASSIGN_OR_RETURN(int64_t P, ResolvePrompt(*engine, o, &input));
   K3_ASSIGN_OR_RETURN(const CliConstraint constraint,
                       LoadCliConstraint(env, engine->tokenizer(), o));
@@ -822,7 +851,8 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(PromptRun run,
                       Generate(engine.get(), env, o, input.ids, seed, terminal, out,
                                constraint));
-  const RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
+  RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
+  if (scale_out) r.scale_out = scale_out->Stats();
   return Report(env, *engine, o, r, trace.get(), lines);
 }
 
@@ -925,6 +955,13 @@ void AddSamplingFlags(CLI::App* app, RunOptions* o) {
 }
 
 void AddRunControlFlags(CLI::App* app, RunOptions* o) {
+  app->add_flag("--mpi", o->mpi,
+                "run as one rank of `mpirun -np N k3run PREPARED --mpi …`: rank 0 runs the "
+                "model, the others compute their range of routed experts (docs/SCALE-OUT.md)");
+  app->add_option("--mpi-timeout", o->mpi_timeout,
+                  "--mpi: seconds rank 0 waits for one layer's experts from a rank before it "
+                  "ends the run (default 300)")
+      ->check(AboveZero(86400));
   app->add_option("--gen", o->gen,
                   "at most this many tokens (0: prefill only; chat: per turn, default 2048)")
       ->check(AtLeast(0))

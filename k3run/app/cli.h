@@ -102,6 +102,8 @@ struct RunOptions {
   int prefetch_experts = kDefaultPrefetchExperts;  // --prefetch-experts (0: off)
   OutputOptions output;
   ServeOptions serve;             // --serve and its flags
+  bool mpi = false;               // --mpi: one rank of `mpirun -np N k3run …` (docs/SCALE-OUT.md)
+  double mpi_timeout = 300;       // --mpi-timeout S: rank 0's wait for one layer's experts
 };
 
 // What the CLI touches outside itself, so tests can capture and fake it.

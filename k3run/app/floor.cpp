@@ -76,11 +76,14 @@ class ExpertProbe {
       }
       max_len = std::max(max_len, recs[i].length);
     }
-    order_.resize(recs.size());
-    std::iota(order_.begin(), order_.end(), size_t{0});
+    // Only the experts this directory holds (a share's others are absent: no bytes to read).
+    for (size_t i = 0; i < recs.size(); ++i) {
+      if (!recs[i].absent()) order_.push_back(i);
+    }
+    if (order_.empty()) return false;
     std::mt19937_64 rng(12345);  // fixed: every run reads the same records
     std::shuffle(order_.begin(), order_.end(), rng);
-    qd_ = std::min<size_t>(static_cast<size_t>(o_.expert_queue_depth), recs.size());
+    qd_ = std::min<size_t>(static_cast<size_t>(o_.expert_queue_depth), order_.size());
     // Slots 4096-aligned like the engine's arena, so each read lands where the engine's would.
     slot_ = AlignUp(max_len, 4096);
     K3_ASSIGN_OR_RETURN(buf_, AlignedBuffer::Allocate(qd_ * slot_, 4096));
@@ -94,7 +97,6 @@ class ExpertProbe {
   Status Run(Bandwidths* b) {
     K3_ASSIGN_OR_RETURN(bool any, Prepare());
     if (!any) return Status::Ok();
-    const std::vector<prepared::ExpertRecord>& recs = p_.experts.records;
     size_t consumed = qd_;
     uint64_t bytes = 0;
     int batches = 0;
@@ -103,7 +105,7 @@ class ExpertProbe {
       K3_RETURN_IF_ERROR(Batch(&bytes));
       ++batches;
       consumed += qd_;
-      if (batches >= 2 && (consumed >= recs.size() || Since(t0) >= o_.seconds_per_probe)) break;
+      if (batches >= 2 && (consumed >= order_.size() || Since(t0) >= o_.seconds_per_probe)) break;
     }
     b->expert_bytes_per_s = Rate(static_cast<double>(bytes), Since(t0));
     b->expert_request_bytes = max_len_;

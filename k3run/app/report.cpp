@@ -280,6 +280,25 @@ json ConstraintJson(const RunReport& r) {
 
 }  // namespace
 
+json ScaleOutJson(const RunReport& r) {
+  if (!r.scale_out) return nullptr;
+  const RemoteStats& so = *r.scale_out;
+  const double tokens = double(std::max<size_t>(r.generated_ids.size(), 1));
+  json ranks = json::array();
+  for (const RemoteRankStats& p : so.per_rank) {
+    ranks.push_back(json{{"rank", p.rank},
+                         {"experts", p.experts},
+                         {"rows", p.rows},
+                         {"bytes_sent", p.bytes_sent},
+                         {"bytes_received", p.bytes_received},
+                         {"messages", p.messages},
+                         {"bytes_sent_per_token", double(p.bytes_sent) / tokens},
+                         {"bytes_received_per_token", double(p.bytes_received) / tokens}});
+  }
+  return json{{"ranks", so.ranks}, {"map", so.map}, {"send_s", so.send_seconds},
+              {"wait_s", so.wait_seconds}, {"per_rank", ranks}};
+}
+
 std::string RenderReportJson(const RunReport& r) {
   json failures = json::array();
   for (const ExpertFailure& f : r.failures) {
@@ -322,6 +341,7 @@ std::string RenderReportJson(const RunReport& r) {
       {"expert_failures", failures},
       {"valid", r.experts_skipped == 0 && r.failures.empty()},
       {"constraint", ConstraintJson(r)},
+      {"scale_out", ScaleOutJson(r)},
   };
   return j.dump(2) + "\n";
 }
@@ -371,6 +391,26 @@ std::string StepLine(const StepRecord& s) {
   return line;
 }
 
+// "\nscale-out: …" with --mpi on rank 0, else "".
+static std::string ScaleOutLine(const RunReport& r) {
+  if (!r.scale_out) return "";
+  const RemoteStats& so = *r.scale_out;
+  uint64_t sent = 0, received = 0;
+  for (const RemoteRankStats& p : so.per_rank) {
+    sent += p.bytes_sent;
+    received += p.bytes_received;
+  }
+  const double tokens = double(std::max<size_t>(r.generated_ids.size(), 1));
+  char buf[384];
+  std::snprintf(buf, sizeof buf,
+                "\nscale-out: %d ranks; to the other ranks %s/token, back %s/token; rank 0 "
+                "handed rows over for %.3f s and waited for outputs %.3f s",
+                so.ranks, FormatIecBytes(double(sent) / tokens).c_str(),
+                FormatIecBytes(double(received) / tokens).c_str(), so.send_seconds,
+                so.wait_seconds);
+  return buf;
+}
+
 std::string SummaryLine(const RunReport& r) {
   char buf[512];
   std::string out;
@@ -411,6 +451,7 @@ std::string SummaryLine(const RunReport& r) {
                   double(std::max<size_t>(n, 1) - 1) / double(sp.passes));
     out += buf;
   }
+  out += ScaleOutLine(r);
   if (r.layers_run != r.n_layers) out += "\n" + NotTheModelNote(r);
   return out;
 }
@@ -478,6 +519,7 @@ std::string SummaryLines(const RunReport& r) {
                   o->time_over_floor);
     out += buf;
   }
+  out += ScaleOutLine(r);
   if (r.layers_run != r.n_layers) out += "\n" + NotTheModelNote(r);
   return out;
 }

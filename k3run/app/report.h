@@ -16,7 +16,9 @@
 // {bandwidths {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
 // own_rate_floor (null when nothing was read per token) {read_bytes_per_s,
 // needed_bytes_per_token, floor_s, seconds_per_token, time_over_floor}, peak_rss_bytes,
-// experts_skipped, expert_failures [{layer, expert, reason}], valid.
+// experts_skipped, expert_failures [{layer, expert, reason}], valid, scale_out (null without
+// --mpi) {ranks, map, send_s, wait_s, per_rank [{rank, experts, rows, bytes_sent,
+// bytes_received, messages, bytes_sent_per_token, bytes_received_per_token}]}.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +29,7 @@
 #include "k3run/app/floor.h"
 #include "k3run/engine/grammar_constraint.h"
 #include "k3run/engine/generate.h"
+#include "k3run/engine/remote_experts.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3run/stream/streaming_plan.h"
 #include "k3run/stream/streaming_weights.h"
@@ -57,6 +60,7 @@ struct RunReport {
   uint64_t peak_rss_bytes = 0;
   int64_t experts_skipped = 0;
   std::vector<ExpertFailure> failures;
+  std::optional<RemoteStats> scale_out;  // --mpi on rank 0: what went to the other ranks
   // For the floor: weight bytes a pass multiplies (trunk of the layers run + lm_head) and one
   // expert record's size.
   uint64_t weights_used_per_pass = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
 
 #include "k3run/kernels/thread_pool.h"
 
@@ -9,8 +10,11 @@ namespace k3::run {
 
 ExpertWaves::ExpertWaves(WeightSource* source, int layer, const ops::Dims& d,
                          const ops::Routing& routing)
-    : source_(source), layer_(layer), dims_(d), routing_(routing),
-      chosen_(ops::SelectedExperts(routing)) {
+    : ExpertWaves(source, layer, d, routing, ops::SelectedExperts(routing)) {}
+
+ExpertWaves::ExpertWaves(WeightSource* source, int layer, const ops::Dims& d,
+                         const ops::Routing& routing, std::vector<int32_t> chosen)
+    : source_(source), layer_(layer), dims_(d), routing_(routing), chosen_(std::move(chosen)) {
   const int64_t max_experts = source_->ExpertWaveSize();
   wave_size_ = max_experts > 0 ? static_cast<size_t>(max_experts)
                                : std::max<size_t>(chosen_.size(), 1);

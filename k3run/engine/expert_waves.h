@@ -21,8 +21,11 @@ namespace k3::run {
 
 class ExpertWaves {
  public:
-  // `source` and `routing` must outlive the object.
+  // `source` and `routing` must outlive the object. `chosen`: the experts to compute (ascending,
+  // each chosen by a row of `routing`); the default is every expert the routing chose.
   ExpertWaves(WeightSource* source, int layer, const ops::Dims& d, const ops::Routing& routing);
+  ExpertWaves(WeightSource* source, int layer, const ops::Dims& d, const ops::Routing& routing,
+              std::vector<int32_t> chosen);
 
   // Issues wave 0's reads: call it the moment routing is known, before the work that needs no
   // routed expert (ops::MoeBegin), so the reads overlap it.

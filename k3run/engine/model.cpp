@@ -131,7 +131,7 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
     GuessNextExperts(L, h, T);
     ops::GluMlp(w.dense, dims_.situ_b1, dims_.situ_b2, s->a.data(), T, s->out.data());
   } else {
-    RunMoe(L, w, segments, h, T, s);
+    K3_RETURN_IF_ERROR(RunMoe(L, w, segments, h, T, s));
   }
   ops::EndLayer(dims_, T, *s, h);
   return Status::Ok();
@@ -140,18 +140,30 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
 // The MoE block with its routed experts read through the source: wave 0's reads are issued as
 // soon as routing is known, then the next layer's guess, then the work that needs no routed
 // expert, then the experts as they arrive (ExpertWaves); h is the MLP input before its norm.
-void Model::RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
-                   const float* h, int64_t T, ops::LayerScratch* s) {
+// Scale-out: the rows of remote experts leave right after the latent projection (MoeBegin) and
+// compute on their ranks while this process computes its own; their outputs land in the same
+// slots before the combine, so the sum is the one-process sum.
+Status Model::RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
+                     const float* h, int64_t T, ops::LayerScratch* s) {
   const ops::Routing routing = ops::Route(w.moe, dims_, s->a.data(), T);
-  ExpertWaves waves(weights_, L, dims_, routing);
+  std::vector<int32_t> local = ops::SelectedExperts(routing), remote;
+  if (remote_ != nullptr) {
+    std::vector<int32_t> mine;
+    for (int32_t e : local) (remote_->IsLocal(L, e) ? mine : remote).push_back(e);
+    local = std::move(mine);
+  }
+  ExpertWaves waves(weights_, L, dims_, routing, std::move(local));
   waves.Start();
   GuessNextExperts(L, h, T);
   ops::MoeScratch moe;
   ops::MoeBegin(w.moe, dims_, s->a.data(), T, &moe);
+  if (!remote.empty()) K3_RETURN_IF_ERROR(remote_->Send(L, routing, remote, moe));
   const size_t missing_before = stats_.missing.size();
   waves.Run(&moe, &stats_);
+  if (!remote.empty()) K3_RETURN_IF_ERROR(remote_->Receive(L, &moe, &stats_));
   ops::MoeCombine(w.moe, dims_, routing, moe, s->out.data());
   MarkInvalid(routing, std::span<const int32_t>(stats_.missing).subspan(missing_before), segments);
+  return Status::Ok();
 }
 
 // Every sequence with a row routed to an expert that could not be read is RUN INVALID; the
@@ -194,7 +206,11 @@ void Model::GuessNextExperts(int L, const float* h, int64_t T) {
   if (budget <= 0) return;
   const ops::LayerWeights* w = weights_->HeldLayer(next);
   if (w == nullptr) return;
-  weights_->Prefetch(next, ops::GuessExperts(*w, dims_, h, T, budget));
+  std::vector<int32_t> guesses = ops::GuessExperts(*w, dims_, h, T, budget);
+  if (remote_ != nullptr) {  // another rank's experts are never read here
+    std::erase_if(guesses, [&](int32_t e) { return !remote_->IsLocal(next, e); });
+  }
+  weights_->Prefetch(next, guesses);
 }
 
 // logits [rows][V] = lm_head · x, chunk by chunk as the source serves it.

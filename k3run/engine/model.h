@@ -20,6 +20,7 @@
 #include "k3run/ops/kda.h"
 #include "k3run/ops/layer.h"
 #include "k3run/ops/mla.h"
+#include "k3run/engine/remote_experts.h"
 #include "k3run/ops/moe.h"
 #include "k3run/weights/weights.h"
 
@@ -69,6 +70,9 @@ class Model {
   // When *flag turns true, a Pass in flight stops before its next layer with kIo ("interrupted");
   // the layers it ran have changed its segments' states, which are then good only for a Reset.
   void SetInterruptFlag(const std::atomic<bool>* flag) { interrupt_ = flag; }
+  // Scale-out: routed experts that `remote` says are not local are computed by other processes
+  // (remote_experts.h); null (the default) computes every expert here. Never changes a bit.
+  void SetRemoteExperts(RemoteExperts* remote) { remote_ = remote; }
   // After a pass with a tentative segment of `n` rows on `state`: keeps the first `kept` (KDA
   // layers replay their records, MLA caches and the position drop the rest). No weight is read.
   void Keep(State* state, int64_t n, int64_t kept) const;
@@ -88,8 +92,8 @@ class Model {
  private:
   Status RunLayer(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
                   float* h, int64_t T, ops::BlockStack* blocks, ops::LayerScratch* s);
-  void RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
-              const float* h, int64_t T, ops::LayerScratch* s);
+  Status RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
+                const float* h, int64_t T, ops::LayerScratch* s);
   Status Head(const float* h, int64_t rows, float* logits);
   void MarkInvalid(const ops::Routing& routing, std::span<const int32_t> missing,
                    std::span<const Segment> segments);
@@ -103,6 +107,7 @@ class Model {
   ops::MoeStats stats_;
   double mla_seconds_ = 0, kda_seconds_ = 0;
   const std::atomic<bool>* interrupt_ = nullptr;
+  RemoteExperts* remote_ = nullptr;
 };
 
 }  // namespace k3::run

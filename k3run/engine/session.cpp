@@ -245,7 +245,33 @@ Status Engine::LoadWeights(CacheTraceWriter* trace) {
   source_ = owned_source_.get();
   model_ = std::make_unique<Model>(config_, source_, layers_);
   model_->SetInterruptFlag(&interrupted_);
+  model_->SetRemoteExperts(remote_);
   return Status::Ok();
+}
+
+void Engine::RestrictExperts(const std::function<bool(int layer, int expert)>& keep) {
+  prepared::ExpertsIndex& idx = prepared_->experts;
+  for (uint32_t L = idx.first_moe_layer; L < idx.n_layers; ++L) {
+    for (uint32_t e = 0; e < idx.n_experts; ++e) {
+      if (!keep(static_cast<int>(L), static_cast<int>(e))) {
+        idx.records[idx.RecordIndex(L, e)] = prepared::MakeAbsentRecord();
+      }
+    }
+  }
+}
+
+void Engine::SetRemoteExperts(RemoteExperts* remote) {
+  remote_ = remote;
+  if (model_) model_->SetRemoteExperts(remote);
+}
+
+std::vector<ExpertFailure> Engine::Failures() const {
+  std::vector<ExpertFailure> all;
+  if (source_ != nullptr) all = source_->Failures();
+  if (remote_ != nullptr) {
+    all.insert(all.end(), remote_->Failures().begin(), remote_->Failures().end());
+  }
+  return all;
 }
 
 // ---- Sequences and passes ----

@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "formats/prepared_manifest.h"
 #include "k3run/engine/model.h"
+#include "k3run/engine/remote_experts.h"
 #include "k3run/engine/sampler.h"
 #include "k3run/engine/token_constraint.h"
 #include "k3run/stream/memory_plan.h"
@@ -202,7 +203,19 @@ class Engine {
   // The streaming source's counters; null without a budget.
   const StreamingWeights* streaming() const { return streaming_; }
   int64_t experts_skipped() const { return model_ ? model_->experts_skipped() : 0; }
-  const std::vector<ExpertFailure>& Failures() const { return source_->Failures(); }
+  // The source's failures, then the remote experts' (scale-out).
+  std::vector<ExpertFailure> Failures() const;
+  // Scale-out: from here on this engine holds only the routed experts `keep(layer, expert)`
+  // says: the others' records become absent (as in a share made by k3prep split), so the plan,
+  // --preload and the cache count and read this rank's range only, even from a full prepared
+  // directory. Call before Plan.
+  void RestrictExperts(const std::function<bool(int layer, int expert)>& keep);
+  // Scale-out (remote_experts.h): routed experts `remote` does not call local are computed by
+  // other processes. Set before the first Step; not owned; null computes every expert here.
+  void SetRemoteExperts(RemoteExperts* remote);
+  // Layer views and expert lookups for a process that computes experts for another (an MPI
+  // rank ≥ 1, k3run/mpi/expert_server.h): the loaded source. Null before LoadWeights.
+  WeightSource* weight_source() const { return source_; }
 
  private:
   Engine() = default;
@@ -219,6 +232,7 @@ class Engine {
   WeightSource* source_ = nullptr;
   StreamingWeights* streaming_ = nullptr;
   std::unique_ptr<Model> model_;
+  RemoteExperts* remote_ = nullptr;
   EventSink events_;
   int64_t passes_ = 0;
   int64_t max_tentative_rows_ = 1;  // spec_rows + 1: the records the plan holds per sequence

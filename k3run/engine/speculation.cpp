@@ -63,7 +63,12 @@ PassCost PassCost::FromEngine(const Engine& engine) {
   }
   const auto& x = p.experts;
   double record = 0;
-  if (!x.records.empty()) record = static_cast<double>(x.records.front().length);
+  for (const prepared::ExpertRecord& rec : x.records) {  // the first one this directory holds
+    if (!rec.absent()) {
+      record = static_cast<double>(rec.length);
+      break;
+    }
+  }
   const int moe_layers = std::max(0, engine.layers() - m.first_dense);
   c.expert_bytes = record * moe_layers;
   return c;

@@ -16,6 +16,13 @@ namespace {
 
 uint64_t GbToBytes(double gb) { return gb <= 0 ? 0 : static_cast<uint64_t>(std::llround(gb * 1e9)); }
 
+// Expert records this directory holds: all of them, or a share's own (the rest are absent).
+size_t PresentExperts(const prepared::PreparedDir& p) {
+  return static_cast<size_t>(
+      std::count_if(p.experts.records.begin(), p.experts.records.end(),
+                    [](const prepared::ExpertRecord& r) { return !r.absent(); }));
+}
+
 // Budgets of small models round to 0.000 GB: the exact byte count keeps messages meaningful.
 std::string GbBytes(uint64_t b) { return FormatGb(b) + " = " + std::to_string(b) + " bytes"; }
 
@@ -97,12 +104,14 @@ Result<Sizes> MeasureSizes(const prepared::PreparedDir& p, StreamingPlan* plan) 
   z.row_bytes = lm->length / lm->shape[0];
   uint64_t max_expert = 0;
   for (const prepared::ExpertRecord& r : p.experts.records) {
-    max_expert = std::max(max_expert, r.length);
+    max_expert = std::max(max_expert, r.length);  // an absent record's length is 0
   }
   plan->expert_slot_bytes = AlignUp(max_expert, 64);
   z.moe = !p.experts.records.empty();
   plan->cache_min = z.moe ? uint64_t(c.topk + 1) * plan->expert_slot_bytes : 0;
-  z.cache_all = uint64_t(p.experts.records.size()) * plan->expert_slot_bytes;
+  // Everything this directory holds: a share's absent experts are other ranks' to hold. Never
+  // below the minimum, so a cache that holds every expert also passes the top-k + 1 rule.
+  z.cache_all = std::max(uint64_t(PresentExperts(p)) * plan->expert_slot_bytes, plan->cache_min);
   z.largest = z.runs.empty() ? 0 : AlignUp(z.runs[0].length, 4096);
   // A streamed lm_head goes through the ring in chunks: at least 16 per pass (so no chunk forces
   // a large slot), whole rows, and a row count that keeps chunk offsets 4 KiB-aligned (O_DIRECT).
@@ -284,11 +293,12 @@ Result<StreamingPlan> PlanStreaming(const prepared::PreparedDir& p, const Budget
 }
 
 Status CheckPreloadFits(const StreamingPlan& plan, const prepared::PreparedDir& p) {
-  const size_t records = p.experts.records.size();
-  if (uint64_t(plan.expert_slots) >= records) return Status::Ok();
+  const size_t held = PresentExperts(p);
+  if (uint64_t(plan.expert_slots) >= held) return Status::Ok();
   return Status::Invalid("--preload: the plan's expert cache holds " +
-                         std::to_string(plan.expert_slots) + " of " + std::to_string(records) +
-                         " experts; preloading needs a budget that holds them all (raise "
+                         std::to_string(plan.expert_slots) + " of " + std::to_string(held) +
+                         " experts" + (p.manifest.share ? " (this rank's share)" : "") +
+                         "; preloading needs a budget that holds them all (raise "
                          "--budget-gb or --cache-gb, or use --preset max)");
 }
 

@@ -13,6 +13,20 @@
 
 namespace k3::run {
 
+namespace {
+
+// A share's record of an expert another rank holds: never read, never cached. `layer` and
+// `expert` are in range (the callers checked Valid).
+bool Absent(const prepared::PreparedDir& p, int layer, int expert) {
+  return p.experts.At(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert)).absent();
+}
+
+std::string AbsentReason(const prepared::PreparedDir& p) {
+  return prepared::AbsentExpertReason(p.manifest.share.value_or(prepared::ExpertShare{}));
+}
+
+}  // namespace
+
 struct StreamingWeights::Held {
   AlignedBuffer run;
   LayerView view;
@@ -125,15 +139,20 @@ Status StreamingWeights::PreloadExperts() {
   const ModelConfig& c = prepared_->manifest.config;
   if (prepared_->experts.records.empty()) return Status::Ok();
   K3_RETURN_IF_ERROR(CheckPreloadFits(plan_, *prepared_));
-  const int64_t wave = ExpertWaveSize();
-  uint64_t total = 0;
+  const size_t wave = static_cast<size_t>(ExpertWaveSize());
+  uint64_t total = 0;  // absent records (another rank's share) have length 0
   for (const prepared::ExpertRecord& r : prepared_->experts.records) total += r.length;
   Progress progress("preloading experts", total, options_.progress);
-  std::vector<int32_t> ids;
+  std::vector<int32_t> held, ids;
   for (int layer = c.first_dense; layer < c.n_layers; ++layer) {
-    for (int32_t e0 = 0; e0 < c.n_experts; e0 += static_cast<int32_t>(wave)) {
-      ids.clear();
-      for (int32_t e = e0; e < std::min<int64_t>(c.n_experts, e0 + wave); ++e) ids.push_back(e);
+    // Only what this directory holds: a share's absent experts are other ranks' to load.
+    held.clear();
+    for (int32_t e = 0; e < c.n_experts; ++e) {
+      if (!Absent(*prepared_, layer, e)) held.push_back(e);
+    }
+    for (size_t k0 = 0; k0 < held.size(); k0 += wave) {
+      ids.assign(held.begin() + static_cast<std::ptrdiff_t>(k0),
+                 held.begin() + static_cast<std::ptrdiff_t>(std::min(held.size(), k0 + wave)));
       const uint64_t before = counters_.experts;
       WillUse(layer, ids);
       ReleaseExperts(layer);
@@ -268,6 +287,11 @@ void StreamingWeights::WillUse(int layer, std::span<const int32_t> experts) {
     if (!Valid(layer, e)) continue;
     const uint64_t key = Key(layer, e);
     if (failed_.count(key)) continue;
+    if (Absent(*prepared_, layer, e)) {
+      // Another rank's share holds it: a failure, recorded once like a failed read.
+      Fail(layer, e, AbsentReason(*prepared_));
+      continue;
+    }
     ++stats_.expert_requests;
     if (auto it = in_flight_.find(key); it != in_flight_.end()) {
       // A guess still loading (its slot stays pinned until it is bound).
@@ -334,7 +358,7 @@ void StreamingWeights::Prefetch(int layer, std::span<const int32_t> guesses) {
   std::vector<int32_t> read;
   for (int32_t e : guesses) {
     if (static_cast<int64_t>(read.size()) >= room) break;
-    if (!Valid(layer, e)) continue;
+    if (!Valid(layer, e) || Absent(*prepared_, layer, e)) continue;
     const uint64_t key = Key(layer, e);
     if (failed_.count(key) || in_flight_.count(key) || cache_.Find(key) >= 0) continue;
     if (std::find(read.begin(), read.end(), e) != read.end()) continue;
@@ -468,6 +492,10 @@ bool StreamingWeights::ExpertReady(int layer, int expert) {
 
 const ops::GluWeights* StreamingWeights::Expert(int layer, int expert) {
   if (!Valid(layer, expert)) return nullptr;
+  if (Absent(*prepared_, layer, expert)) {
+    if (!failed_.count(Key(layer, expert))) Fail(layer, expert, AbsentReason(*prepared_));
+    return nullptr;
+  }
   const uint64_t key = Key(layer, expert);
   if (const auto it = in_flight_.find(key); it != in_flight_.end()) {
     // Only this expert's read is waited for: the rest keep loading while the caller computes.

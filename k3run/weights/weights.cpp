@@ -177,6 +177,13 @@ const ops::GluWeights* RamWeights::Expert(int layer, int expert) {
   if (!slot) slot = std::make_unique<LoadedExpert>();
   if (!slot->tried) {
     slot->tried = true;
+    if (prepared_->experts.records[i].absent()) {
+      // Another rank's share holds it (OpenPrepared checked that only a share has such records).
+      failures_.push_back(ExpertFailure{
+          layer, expert, prepared::AbsentExpertReason(prepared_->manifest.share.value_or(
+                             prepared::ExpertShare{}))});
+      return nullptr;
+    }
     Status s = LoadExpert(layer, expert, slot.get());
     slot->ok = s.ok();
     if (!s.ok()) failures_.push_back(ExpertFailure{layer, expert, s.ToString()});

@@ -324,5 +324,120 @@ TEST(ExpertsIndex, PathTableSizeDisagreesWithManifest) {
   ExpectInvalid(prepared::ValidateExpertsIndex(TinyIndex(), check, kSource), {"lists 2 files", "lists 1"});
 }
 
+// ---- absent records (a share's experts held by another rank) ---------------------------------
+
+// TinyIndex with record 5 (layer 2, expert 1) absent.
+prepared::ExpertsIndex IndexWithAbsent5() {
+  prepared::ExpertsIndex idx = TinyIndex();
+  idx.records[5] = prepared::MakeAbsentRecord();
+  return idx;
+}
+
+TEST(ExpertsIndex, AbsentRecordRoundTripsWithEveryOtherFieldZero) {
+  const std::string b = prepared::EncodeExpertsIndex(IndexWithAbsent5());
+  EXPECT_EQ(U32At(b, Rec(5) + 4), prepared::kExpertFlagAbsent);
+  for (size_t at = 0; at < 128; ++at) {
+    if (at < 4 || at >= 8) {
+      EXPECT_EQ(b[Rec(5) + at], '\0') << "byte " << at;
+    }
+  }
+  Result<prepared::ExpertsIndex> back = prepared::DecodeExpertsIndex(b, kSource);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->records[5].absent());
+  EXPECT_FALSE(back->records[4].absent());
+}
+
+// Each field of an absent record set nonzero is refused naming the record and the field.
+TEST(ExpertsIndex, AbsentRecordWithANonzeroFieldRefused) {
+  struct Case {
+    size_t at;
+    bool wide;
+    const char* field;
+  };
+  for (const Case& c : {Case{0, false, "file_id is 1"}, Case{8, true, "offset is 1"},
+                        Case{16, true, "length is 1"},
+                        Case{24 + 8 * 1, true, "sub_offset of w1.weight_scale is 1"},
+                        Case{72 + 4 * 2, false, "sub_size of w2.weight_packed is 1"},
+                        Case{96, true, "xxh3_64 is 1"}}) {
+    std::string b = prepared::EncodeExpertsIndex(IndexWithAbsent5());
+    if (c.wide) {
+      SetU64(b, Rec(5) + c.at, 1);
+    } else {
+      SetU32(b, Rec(5) + c.at, 1);
+    }
+    ExpectInvalid(DecodeError(b), {kSource, "byte offset 768", "record 5 (layer 2, expert 1)",
+                                   "absent record", c.field, "must be 0"});
+  }
+}
+
+TEST(ExpertsIndex, AbsentFlagWithAnUnknownBitIsStillUnknown) {
+  std::string b = prepared::EncodeExpertsIndex(IndexWithAbsent5());
+  SetU32(b, Rec(5) + 4, prepared::kExpertFlagAbsent | 0x4);
+  ExpectInvalid(DecodeError(b), {"record 5", "flags 0x00000005", "unknown bits"});
+}
+
+TEST(ExpertsIndex, AbsentRecordWithoutAShareRefused) {
+  const ModelConfig c = test::TinyConfig();
+  ExpectInvalid(prepared::ValidateExpertsIndex(IndexWithAbsent5(), TinyCheck(c), kSource),
+                {kSource, "record 5 (layer 2, expert 1)", "absent, but k3.json has no share"});
+}
+
+// Rank 0 of 2 holds experts 0-1 of each layer; 2-3 are absent. Records of file 0 only.
+prepared::ExpertsIndex ShareIndex() {
+  const ModelConfig c = test::TinyConfig();
+  prepared::ExpertsIndex idx = TinyIndex();
+  idx.files = {"experts/layer-001.bin"};
+  for (uint32_t i = 0; i < 12; ++i) {
+    idx.records[i] = i % 4 < 2 ? prepared::MakeExpertRecord(0, i * 4096, prepared::ExpertSubSizes(c), i + 1)
+                               : prepared::MakeAbsentRecord();
+  }
+  return idx;
+}
+
+prepared::ExpertsIndexCheck ShareCheck(const ModelConfig& c, const prepared::ExpertShare* share) {
+  prepared::ExpertsIndexCheck check;
+  check.config = &c;
+  check.file_sizes = {12 * 4096};
+  check.require_aligned = true;
+  check.share = share;
+  return check;
+}
+
+TEST(ExpertsIndex, ShareWithExactlyTheOtherRanksExpertsAbsentValidates) {
+  const ModelConfig c = test::TinyConfig();
+  const prepared::ExpertShare share{2, 0, "contiguous"};
+  Status s = prepared::ValidateExpertsIndex(ShareIndex(), ShareCheck(c, &share), kSource);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(ExpertsIndex, ShareWithAnOwnedExpertAbsentRefused) {
+  const ModelConfig c = test::TinyConfig();
+  const prepared::ExpertShare share{2, 0, "contiguous"};
+  prepared::ExpertsIndex idx = ShareIndex();
+  idx.records[5] = prepared::MakeAbsentRecord();
+  ExpectInvalid(prepared::ValidateExpertsIndex(idx, ShareCheck(c, &share), kSource),
+                {"record 5 (layer 2, expert 1)", "absent, but k3.json's share says this "
+                 "directory holds it", "rank 0 of 2 holds experts 0..1"});
+}
+
+TEST(ExpertsIndex, ShareWithAnotherRanksExpertPresentRefused) {
+  const ModelConfig c = test::TinyConfig();
+  const prepared::ExpertShare share{2, 1, "contiguous"};  // rank 1 holds 2-3: the index is rank 0's
+  ExpectInvalid(prepared::ValidateExpertsIndex(ShareIndex(), ShareCheck(c, &share), kSource),
+                {"record 0 (layer 1, expert 0)", "present, but k3.json's share does not hold it",
+                 "rank 1 of 2 holds experts 2..3", "rank 0's"});
+}
+
+TEST(ExpertsIndex, PathTableFileUsedByNoPresentRecordRefused) {
+  const ModelConfig c = test::TinyConfig();
+  const prepared::ExpertShare share{2, 0, "contiguous"};
+  prepared::ExpertsIndex idx = ShareIndex();
+  idx.files.push_back("experts/layer-002.bin");
+  prepared::ExpertsIndexCheck check = ShareCheck(c, &share);
+  check.file_sizes.push_back(4096);
+  ExpectInvalid(prepared::ValidateExpertsIndex(idx, check, kSource),
+                {"path table entry 1", "experts/layer-002.bin", "used by no present record"});
+}
+
 }  // namespace
 }  // namespace k3::prepared

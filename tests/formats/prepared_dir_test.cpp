@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -200,6 +202,72 @@ TEST(PreparedDirWrite, InterruptedJsonWriteLeavesNoSum) {
   EXPECT_FALSE(prepared::WriteManifestAndSum(&env, dir.path(), m).ok());
   EXPECT_FALSE(std::filesystem::exists(dir.Join("k3.sum")));
   EXPECT_EQ(OpenStatus(dir.path()).code(), Code::kInvalid);
+}
+
+// ---- shares: experts.idx's absent records against k3.json's share --------------------------
+
+// Marks absent every record `absent(layer, expert)` picks, sets (or clears) the share and reseals
+// experts.idx, k3.json and k3.sum, as a hostile or buggy split would.
+class PreparedShareTest : public PreparedDirTest {
+ protected:
+  void Reshare(std::optional<prepared::ExpertShare> share,
+               const std::function<bool(uint32_t, uint32_t)>& absent) {
+    Result<prepared::ExpertsIndex> idx =
+        prepared::DecodeExpertsIndex(ReadBytes(P("experts.idx")), "experts.idx");
+    ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+    for (uint32_t layer = idx->first_moe_layer; layer < idx->n_layers; ++layer) {
+      for (uint32_t e = 0; e < idx->n_experts; ++e) {
+        if (absent(layer, e)) idx->records[idx->RecordIndex(layer, e)] = prepared::MakeAbsentRecord();
+      }
+    }
+    m_.share = std::move(share);
+    ASSERT_NO_FATAL_FAILURE(WriteIndexRehashed(prepared::EncodeExpertsIndex(*idx)));
+  }
+};
+
+// 4 experts over 2 ranks: rank 1 holds 2-3.
+bool NotRank1(uint32_t, uint32_t e) { return e < 2; }
+
+TEST_F(PreparedShareTest, ShareWithTheOtherRanksExpertsAbsentOpens) {
+  ASSERT_NO_FATAL_FAILURE(Reshare(prepared::ExpertShare{2, 1, "contiguous"}, NotRank1));
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dir_.path());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE(p->manifest.share.has_value());
+  EXPECT_EQ(p->manifest.share->rank, 1u);
+  EXPECT_TRUE(p->experts.At(2, 0).absent());
+  EXPECT_FALSE(p->experts.At(2, 3).absent());
+}
+
+TEST_F(PreparedShareTest, AbsentRecordsNotMatchingTheMapRefused) {
+  // Rank 1's share, but expert 2 of layer 3 is absent too.
+  ASSERT_NO_FATAL_FAILURE(Reshare(prepared::ExpertShare{2, 1, "contiguous"},
+                                  [](uint32_t layer, uint32_t e) { return e < 2 || (layer == 3 && e == 2); }));
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {P("experts.idx"), "record 10 (layer 3, expert 2)", "absent, but k3.json's share",
+               "rank 1 of 2 holds experts 2..3"});
+}
+
+TEST_F(PreparedShareTest, PresentRecordOfAnotherRankRefused) {
+  // Labelled rank 0's share, but it holds rank 1's experts.
+  ASSERT_NO_FATAL_FAILURE(Reshare(prepared::ExpertShare{2, 0, "contiguous"}, NotRank1));
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {"record 0 (layer 1, expert 0)", "absent, but k3.json's share says this directory "
+               "holds it"});
+}
+
+TEST_F(PreparedShareTest, AbsentRecordWithoutAShareRefused) {
+  ASSERT_NO_FATAL_FAILURE(Reshare(std::nullopt, NotRank1));
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {P("experts.idx"), "record 0 (layer 1, expert 0)",
+               "absent, but k3.json has no share"});
+}
+
+TEST_F(PreparedShareTest, ShareWithoutAbsentRecordsRefused) {
+  ASSERT_NO_FATAL_FAILURE(
+      Reshare(prepared::ExpertShare{2, 1, "contiguous"}, [](uint32_t, uint32_t) { return false; }));
+  ExpectError(OpenStatus(dir_.path()), Code::kInvalid,
+              {"record 0 (layer 1, expert 0)", "present, but k3.json's share does not hold it",
+               "rank 0's"});
 }
 
 }  // namespace

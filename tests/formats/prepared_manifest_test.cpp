@@ -343,5 +343,81 @@ TEST_F(PreparedManifest, WriterRefusesAnInvalidManifest) {
   EXPECT_TRUE(out.List().empty());
 }
 
+// ---- "share": one rank's share of the experts (formats/expert_share.h) ------------------------
+
+TEST_F(PreparedManifest, FullDirectoryRendersNoShareKey) {
+  Result<std::string> text = prepared::RenderManifest(m_);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text->find("\"share\""), std::string::npos);
+  Result<prepared::Manifest> back = prepared::ParseManifest(*text, kSource);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->share.has_value());
+}
+
+TEST_F(PreparedManifest, ShareRenderParseRoundTrip) {
+  m_.share = prepared::ExpertShare{2, 1, "contiguous"};
+  Result<std::string> text = prepared::RenderManifest(m_);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("\"experts_mode\": \"copy\",\n \"share\": {\n  \"ranks\": 2,\n  \"rank\": 1,\n"
+                       "  \"map\": \"contiguous\"\n },\n \"files\""),
+            std::string::npos)
+      << *text;
+  Result<prepared::Manifest> back = prepared::ParseManifest(*text, kSource);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->share.has_value());
+  EXPECT_EQ(back->share->ranks, 2u);
+  EXPECT_EQ(back->share->rank, 1u);
+  EXPECT_EQ(back->share->map, "contiguous");
+  Result<std::string> again = prepared::RenderManifest(*back);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *text);
+}
+
+TEST_F(PreparedManifest, ShareUnknownKeyRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["weights"] = "x"; }),
+               {".share.weights", "unknown field"});
+}
+
+TEST_F(PreparedManifest, ShareMissingKeyRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};
+  ExpectStatus(ParseEdited([](auto& j) { j["share"].erase("map"); }), {".share.map", "missing"});
+}
+
+TEST_F(PreparedManifest, ShareWrongTypesRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};
+  ExpectStatus(ParseEdited([](auto& j) { j["share"] = 2; }), {".share", "expected an object"});
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["ranks"] = "2"; }),
+               {".share.ranks", "unsigned integer"});
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["rank"] = -1; }),
+               {".share.rank", "unsigned integer"});
+}
+
+TEST_F(PreparedManifest, ShareRanksZeroRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["ranks"] = 0; }),
+               {kSource, "share.ranks", "0 ranks is out of range"});
+}
+
+TEST_F(PreparedManifest, ShareRanksAboveTheExpertsRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};  // the fixture has 4 experts
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["ranks"] = 5; }),
+               {"share.ranks", "5 ranks", "1 to 4"});
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["ranks"] = 1ull << 40; }),
+               {".share.ranks", "exceeds the bound 4096"});
+}
+
+TEST_F(PreparedManifest, ShareRankNotBelowRanksRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["rank"] = 2; }),
+               {"share.rank", "2 is not below share.ranks 2"});
+}
+
+TEST_F(PreparedManifest, ShareMapOtherThanContiguousRefused) {
+  m_.share = prepared::ExpertShare{2, 0, "contiguous"};
+  ExpectStatus(ParseEdited([](auto& j) { j["share"]["map"] = "x"; }),
+               {"share.map", "\"x\" is not \"contiguous\""});
+}
+
 }  // namespace
 }  // namespace k3::prepared

@@ -21,7 +21,9 @@
 #include "k3prep/doctor/budget.h"
 #include "k3prep/doctor/probe.h"
 #include "k3prep/pack/pack.h"
+#include "k3prep/split/split.h"
 #include "k3prep/synth/checkpoint.h"
+#include "k3prep/synth/presets.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
@@ -394,6 +396,128 @@ TEST_F(DoctorTiny, AlteredPreparedPointsAtVerify) {
   EXPECT_EQ(r.next_command, "k3verify prepared " + tmp.Join("p"));
 }
 
+// ---- --ranks N: what each rank of an MPI run needs ------------------------------------------
+
+uint64_t FilesBytes(const std::string& dir) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) n += e.file_size();
+  }
+  return n;
+}
+
+TEST_F(DoctorTiny, RanksPrintEachRanksTrunkShareBudgetAndDisk) {
+  DoctorOptions o = Quick(Prepared(), 40'000'000'000);  // one process: --preset desktop
+  o.ranks = 3;
+  DoctorReport r = RunDoctor(D(), o);
+  EXPECT_TRUE(r.Verdict().ok()) << r.Verdict().ToString();
+  ASSERT_TRUE(r.ranks.has_value());
+  const RanksReport& k = *r.ranks;
+  EXPECT_EQ(k.map, "contiguous over 3 ranks: rank 0 experts 0-1, rank 1 2-4, rank 2 5-7");
+  EXPECT_EQ(k.rank0_base, 32'000'000'000u);
+  ASSERT_EQ(k.per_rank.size(), 3u);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(D(), Prepared());
+  ASSERT_TRUE(p.ok());
+  const uint64_t trunk = p->manifest.FindFile("trunk.bin")->size + p->manifest.FindFile("resident.bin")->size;
+  const uint64_t slot = AlignUp(kTinyExpertBytes, 64);
+  const int begins[3] = {0, 2, 5}, counts[3] = {2, 3, 3};
+  TempDir tmp;
+  for (int rank = 0; rank < 3; ++rank) {
+    const RankNeeds& n = k.per_rank[static_cast<size_t>(rank)];
+    EXPECT_EQ(n.rank, rank);
+    EXPECT_EQ(n.expert_begin, begins[rank]);
+    EXPECT_EQ(n.expert_end, begins[rank] + counts[rank]);
+    EXPECT_EQ(n.experts, uint64_t(counts[rank]) * 12);  // 12 MoE layers
+    EXPECT_EQ(n.trunk_bytes, trunk);
+    EXPECT_EQ(n.reads_trunk, rank == 0);
+    EXPECT_EQ(n.share_ram_bytes, n.experts * slot);
+    // Ranks ≥ 1 keep k3run's trunk ring in their plan, read or not.
+    ASSERT_TRUE(r.model.floor.has_value());
+    EXPECT_EQ(n.budget_bytes,
+              (rank == 0 ? 32'000'000'000u : kRankMarginBytes + r.model.floor->trunk_min) +
+                  n.share_ram_bytes);
+    // The disk is what `k3prep split` writes (k3.json estimated with a little room).
+    const std::string share = tmp.Join("rank" + std::to_string(rank));
+    SplitOptions so;
+    so.prepared = Prepared();
+    so.out = share;
+    so.ranks = 3;
+    so.rank = rank;
+    ASSERT_TRUE(RunSplit(D(), so).ok());
+    const uint64_t actual = FilesBytes(share);
+    EXPECT_GE(n.disk_bytes, actual);
+    EXPECT_LE(n.disk_bytes, actual + 8192);
+  }
+  const std::string text = RenderDoctorText(r);
+  EXPECT_THAT(text, HasSubstr("  ranks "));
+  EXPECT_THAT(text, HasSubstr("experts 2-4 of each MoE layer = 36 in RAM"));
+  EXPECT_THAT(text, HasSubstr("on disk (not read)"));
+  EXPECT_THAT(text, HasSubstr("budget --budget-gb 32.001"));
+  EXPECT_THAT(text, HasSubstr("budget --budget-gb 0.257"));  // 0.256 margin + 0.46 MB ring + share
+  EXPECT_THAT(Joined(r.notes), HasSubstr("plus the trunk minimum 0.46 MB"));
+  EXPECT_THAT(Joined(r.notes), HasSubstr("k3prep split " + Prepared() + " --ranks 3 --rank R"));
+  EXPECT_THAT(Joined(r.notes), HasSubstr("only rank 0 reads it"));
+  nlohmann::json j = nlohmann::json::parse(RenderDoctorJson(r));
+  EXPECT_EQ(j["ranks"]["ranks"], 3);
+  EXPECT_EQ(j["ranks"]["per_rank"][2]["experts"], 36);
+  EXPECT_EQ(j["ranks"]["per_rank"][1]["reads_trunk"], false);
+  EXPECT_EQ(j["ranks"]["per_rank"][0]["budget_bytes"], k.per_rank[0].budget_bytes);
+}
+
+TEST_F(DoctorTiny, RanksAboveTheExpertCountIsAUsageErrorNamingTheFlag) {
+  DoctorOptions o = Quick(Prepared());
+  o.ranks = 9;  // tiny has 8 experts per layer
+  DoctorReport r = RunDoctor(D(), o);
+  const Status v = r.Verdict();
+  EXPECT_EQ(v.code(), Code::kInvalid) << v.ToString();
+  EXPECT_THAT(v.message(), HasSubstr("--ranks: 9 ranks is out of range"));
+  EXPECT_FALSE(r.ranks.has_value());
+}
+
+TEST_F(DoctorTiny, RanksOfAShareWarnToSplitTheFullDirectory) {
+  TempDir tmp;
+  SplitOptions so;
+  so.prepared = Prepared();
+  so.out = tmp.Join("share");
+  so.ranks = 2;
+  so.rank = 1;
+  ASSERT_TRUE(RunSplit(D(), so).ok());
+  DoctorOptions o = Quick(so.out);
+  o.ranks = 2;
+  DoctorReport r = RunDoctor(D(), o);
+  EXPECT_TRUE(r.Verdict().ok()) << r.Verdict().ToString();
+  EXPECT_THAT(r.model.summary, HasSubstr("the share of rank 1 of 2 (contiguous)"));
+  EXPECT_THAT(Joined(r.warnings), HasSubstr("is a share (rank 1 of 2 (contiguous))"));
+  ASSERT_TRUE(r.ranks.has_value());
+  EXPECT_EQ(r.ranks->per_rank[1].experts, 48u);
+}
+
+TEST(Doctor, RanksOnAnEmptyDirPlanTheReleasedModel) {
+  TempDir tmp;
+  DoctorOptions o = Quick(tmp.path());
+  o.ranks = 8;
+  DoctorReport r = RunDoctor(D(), o);
+  EXPECT_TRUE(r.Verdict().ok()) << r.Verdict().ToString();
+  ASSERT_TRUE(r.ranks.has_value());
+  EXPECT_THAT(r.ranks->basis, HasSubstr("released config"));
+  ASSERT_EQ(r.ranks->per_rank.size(), 8u);
+  const RankNeeds& one = r.ranks->per_rank[1];
+  EXPECT_EQ(one.expert_begin, 112);
+  EXPECT_EQ(one.expert_end, 224);
+  EXPECT_EQ(one.experts, 112u * 92);  // 93 layers, the first dense
+  EXPECT_EQ(one.share_ram_bytes, one.experts * AlignUp(kReleasedExpertBytes, 64));
+  Result<BudgetFloor> floor = FloorFromConfig(*synth::PresetConfig("full"));
+  ASSERT_TRUE(floor.ok());
+  EXPECT_EQ(one.budget_bytes, kRankMarginBytes + floor->trunk_min + one.share_ram_bytes);
+}
+
+TEST_F(DoctorTiny, WithoutRanksThereIsNoPlan) {
+  DoctorReport r = RunDoctor(D(), Quick(Prepared()));
+  EXPECT_FALSE(r.ranks.has_value());
+  EXPECT_TRUE(nlohmann::json::parse(RenderDoctorJson(r))["ranks"].is_null());
+  EXPECT_THAT(RenderDoctorText(r), Not(HasSubstr("  rank 0 ")));
+}
+
 // ---- output -------------------------------------------------------------------------------
 
 TEST_F(DoctorTiny, JsonHasTheFields) {
@@ -496,6 +620,17 @@ TEST(DoctorCli, JsonParses) {
   EXPECT_EQ(j["format"], "k3-doctor");
   EXPECT_EQ(j["dir"], tmp.path());
   EXPECT_EQ(j["model"]["kind"], "none");
+}
+
+TEST(DoctorCli, RanksTheModelCannotBeSplitIntoIsExitTwo) {
+  const std::string prepared = test::SynthFixture({"tiny", 0, prepared::ExpertsMode::kLink}).prepared;
+  ProcResult r = RunK3prep("doctor " + prepared + " --no-probe --ranks 9");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("k3prep: error: invalid input: --ranks: 9 ranks is out of range"));
+  EXPECT_THAT(r.out, HasSubstr("k3prep doctor "));  // the report is still printed
+  ProcResult zero = RunK3prep("doctor " + prepared + " --no-probe --ranks 0");
+  EXPECT_EQ(zero.exit_code, 2) << zero.out;
+  EXPECT_THAT(zero.out, HasSubstr("--ranks: 0 is out of range: allowed 1 to 4096"));
 }
 
 TEST(DoctorCli, BadFlagIsUsageError) {

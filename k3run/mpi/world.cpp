@@ -1,0 +1,181 @@
+#include "k3run/mpi/world.h"
+
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <thread>
+
+namespace k3::run::mpi {
+namespace {
+
+std::string MpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+Status Check(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return Status::Ok();
+  return Status::Io(what + ": " + MpiError(code));
+}
+
+// Sleeps a little longer each poll, from 5 µs to 200 µs: fast answers stay fast, long waits
+// cost no core.
+class Backoff {
+ public:
+  void Wait() {
+    std::this_thread::sleep_for(std::chrono::microseconds(us_));
+    us_ = std::min(us_ * 2, 200);
+  }
+
+ private:
+  int us_ = 5;
+};
+
+int Count(size_t words) {
+  // Message sizes are bounded by a pass's rows (wire.h); past INT_MAX words MPI's int count
+  // cannot say it. A caller never gets here with one that large (kernels bound the rows).
+  return static_cast<int>(std::min<size_t>(words, INT_MAX));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<World>> World::Init() {
+  int provided = 0;
+  int argc = 0;
+  char** argv = nullptr;
+  K3_RETURN_IF_ERROR(Check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided),
+                           "--mpi: MPI_Init_thread"));
+  std::unique_ptr<World> w(new World());
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    return Status::Io("--mpi: this MPI library gives thread level " + std::to_string(provided) +
+                      ", k3run needs MPI_THREAD_SERIALIZED (passes run on their own thread)");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &w->rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &w->size_);
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS) w->host_.assign(name, static_cast<size_t>(len));
+  return w;
+}
+
+World::~World() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+Status World::SendAll(std::span<const int> dests, std::span<const std::vector<uint64_t>* const> msgs,
+                      int tag, double timeout_s, const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<MPI_Request> reqs(dests.size(), MPI_REQUEST_NULL);
+  for (size_t i = 0; i < dests.size(); ++i) {
+    K3_RETURN_IF_ERROR(Check(MPI_Isend(msgs[i]->data(), Count(msgs[i]->size()), MPI_UINT64_T,
+                                       dests[i], tag, MPI_COMM_WORLD, &reqs[i]),
+                             "sending to rank " + std::to_string(dests[i])));
+  }
+  Backoff backoff;
+  for (;;) {
+    int done = 0;
+    K3_RETURN_IF_ERROR(Check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done,
+                                         MPI_STATUSES_IGNORE),
+                             "sending to ranks"));
+    if (done) return Status::Ok();
+    if (timeout_s > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+      std::string late;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        int one = 0;
+        if (reqs[i] != MPI_REQUEST_NULL &&
+            MPI_Test(&reqs[i], &one, MPI_STATUS_IGNORE) == MPI_SUCCESS && !one) {
+          late += (late.empty() ? "" : ", ") + std::to_string(dests[i]);
+        }
+      }
+      return Status::Io(what + ": rank " + late + " did not take its message within " +
+                        std::to_string(static_cast<int64_t>(timeout_s)) + " s");
+    }
+    backoff.Wait();
+  }
+}
+
+Status World::Send(int dest, const std::vector<uint64_t>& msg, int tag) {
+  const std::vector<uint64_t>* one = &msg;
+  return SendAll(std::span<const int>(&dest, 1), std::span<const std::vector<uint64_t>* const>(&one, 1),
+                 tag);
+}
+
+Result<std::vector<uint64_t>> World::Receive(int source, int tag, double timeout_s,
+                                             const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  Backoff backoff;
+  MPI_Status st;
+  for (;;) {
+    int flag = 0;
+    K3_RETURN_IF_ERROR(Check(MPI_Iprobe(source, tag, MPI_COMM_WORLD, &flag, &st),
+                             what + ": waiting for rank " + std::to_string(source)));
+    if (flag) break;
+    if (timeout_s > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+      return Status::Io(what + ": rank " + std::to_string(source) + " did not answer within " +
+                        std::to_string(static_cast<int64_t>(timeout_s)) + " s");
+    }
+    backoff.Wait();
+  }
+  int count = 0;
+  K3_RETURN_IF_ERROR(Check(MPI_Get_count(&st, MPI_UINT64_T, &count), what));
+  std::vector<uint64_t> msg(static_cast<size_t>(std::max(count, 0)));
+  K3_RETURN_IF_ERROR(Check(MPI_Recv(msg.data(), count, MPI_UINT64_T, source, tag, MPI_COMM_WORLD,
+                                    MPI_STATUS_IGNORE),
+                           what + ": receiving from rank " + std::to_string(source)));
+  return msg;
+}
+
+Result<std::vector<std::string>> World::GatherToRoot(const std::string& mine) {
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<size_t>(size_), 0), offsets(static_cast<size_t>(size_), 0);
+  K3_RETURN_IF_ERROR(Check(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD),
+                           "--mpi: start-up check"));
+  std::string all;
+  if (rank_ == 0) {
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      offsets[static_cast<size_t>(r)] = total;
+      total += lens[static_cast<size_t>(r)];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  K3_RETURN_IF_ERROR(Check(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(),
+                                       offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD),
+                           "--mpi: start-up check"));
+  std::vector<std::string> out;
+  if (rank_ == 0) {
+    for (int r = 0; r < size_; ++r) {
+      out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
+                               static_cast<size_t>(lens[static_cast<size_t>(r)])));
+    }
+  }
+  return out;
+}
+
+Result<std::string> World::BroadcastFromRoot(const std::string& text) {
+  int len = static_cast<int>(text.size());
+  K3_RETURN_IF_ERROR(Check(MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD), "--mpi: start-up check"));
+  std::string out = rank_ == 0 ? text : std::string(static_cast<size_t>(len), '\0');
+  K3_RETURN_IF_ERROR(
+      Check(MPI_Bcast(out.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD), "--mpi: start-up check"));
+  return out;
+}
+
+void World::Abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this is for the compiler
+}
+
+}  // namespace k3::run::mpi

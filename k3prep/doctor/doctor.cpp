@@ -240,7 +240,7 @@ void PlanScaleOut(const DoctorOptions& o, DoctorReport* r) {
   }
   std::string flag;
   const uint64_t base = SuggestedBudget(r->memory, floor->total(), &flag);
-  Result<RanksReport> plan = PlanRanks(*sizes, o.ranks, base, floor->trunk_min);
+  Result<RanksReport> plan = PlanRanks(*sizes, o.ranks, base);
   if (!plan.ok()) {
     r->ranks_problem = plan.status().message();
     return;
@@ -251,8 +251,7 @@ void PlanScaleOut(const DoctorOptions& o, DoctorReport* r) {
                      "but only rank 0 reads it in a run; each budget holds the rank's experts in "
                      "RAM: rank 0 gets the one-process budget (" + flag + ") plus its share, "
                      "ranks >= 1 their share plus " + DecimalGb(kRankMarginBytes) +
-                     " plus the trunk minimum " + DecimalGb(floor->trunk_min) +
-                     " (the trunk ring every rank's plan keeps)");
+                     " (they read no trunk: k3run plans them experts-only)");
   if (r->model.kind == ModelKind::kPrepared && r->model.share.empty()) {
     r->notes.push_back("make each rank's directory with `k3prep split " + Sh(CommandDir(*r)) +
                        " --ranks " + n + " --rank R --out " + Sh(CommandDir(*r) + ".rankR") +

@@ -25,8 +25,7 @@ uint64_t ShareDiskBytes(const ModelSizes& m, int begin, int end) {
 
 }  // namespace
 
-Result<RanksReport> PlanRanks(const ModelSizes& m, int ranks, uint64_t rank0_base,
-                              uint64_t trunk_min) {
+Result<RanksReport> PlanRanks(const ModelSizes& m, int ranks, uint64_t rank0_base) {
   const ModelConfig& c = m.config;
   const int n_experts = prepared::RoutedExperts(c);
   K3_RETURN_IF_ERROR(prepared::ValidateRanks(ranks, n_experts, "--ranks"));
@@ -47,7 +46,7 @@ Result<RanksReport> PlanRanks(const ModelSizes& m, int ranks, uint64_t rank0_bas
     n.trunk_bytes = m.trunk_file + m.resident_file;
     n.reads_trunk = rank == 0;
     n.share_ram_bytes = n.experts * slot;
-    n.budget_bytes = (rank == 0 ? rank0_base : kRankMarginBytes + trunk_min) + n.share_ram_bytes;
+    n.budget_bytes = (rank == 0 ? rank0_base : kRankMarginBytes) + n.share_ram_bytes;
     n.disk_bytes = ShareDiskBytes(m, n.expert_begin, n.expert_end);
     r.per_rank.push_back(n);
   }

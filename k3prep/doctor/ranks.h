@@ -8,8 +8,8 @@
 // largest record rounded to 64 B, as k3run's expert cache), a suggested budget, and the disk its
 // share directory takes (the files `k3prep split` writes, laid out by PlanShareExperts).
 // Budgets: rank 0 gets what the doctor suggests for one process plus its share held in RAM;
-// ranks ≥ 1 compute only their experts, so they get their share plus kRankMarginBytes plus the
-// trunk minimum (k3run's streaming plan keeps its trunk ring on every rank, read or not).
+// ranks ≥ 1 compute only their experts and read no trunk (k3run plans them experts-only: no
+// trunk ring, no pinned layer), so they get their share plus kRankMarginBytes.
 // Non-goals: network sizing; the MPI engine's own buffers beyond the margin.
 #pragma once
 
@@ -57,7 +57,6 @@ struct RanksReport {
 };
 
 // kInvalid naming --ranks when N does not fit the model's experts (ValidateRanks).
-Result<RanksReport> PlanRanks(const ModelSizes& m, int ranks, uint64_t rank0_base,
-                              uint64_t trunk_min = 0);
+Result<RanksReport> PlanRanks(const ModelSizes& m, int ranks, uint64_t rank0_base);
 
 }  // namespace k3::prep

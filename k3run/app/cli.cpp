@@ -808,6 +808,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
       PlanOptions po = PlanOptionsFor(rank_o, io, false);
       po.sequences = 1;  // experts only: the caches and states live on rank 0
       po.spec_rows = 0;
+      po.budget.experts_only = true;  // and the trunk: its budget is all expert cache
       return scale_out->RunRank(o.prepared, o.model_dir, po);
     }
   } else if (o.mpi_timeout != 300) {

@@ -57,6 +57,11 @@ uint64_t StreamingPlan::bytes() const {
 }
 
 std::string StreamingPlan::Describe() const {
+  if (experts_only) {
+    return "streaming plan: experts only (this rank reads no trunk), expert cache " +
+           std::to_string(expert_slots) + " slots × " + std::to_string(expert_slot_bytes) +
+           " B (" + CachePolicyName(policy) + "); weights held " + GbBytes(bytes());
+  }
   std::string s = "streaming plan: trunk budget " + FormatGb(trunk_budget) + " (" +
                   std::to_string(pinned.size()) + " layers pinned, " + FormatGb(pinned_bytes) +
                   (ring_slots == 0 ? std::string("; no ring: every layer is pinned")
@@ -284,11 +289,18 @@ Result<StreamingPlan> PlanStreaming(const prepared::PreparedDir& p, const Budget
   StreamingPlan plan;
   plan.policy = req.policy;
   K3_ASSIGN_OR_RETURN(Sizes z, MeasureSizes(p, &plan));
-  K3_RETURN_IF_ERROR(SplitBudget(p, req, mem_available, z, &plan));
+  BudgetRequest r = req;
+  if (req.experts_only) {  // no trunk to hold: the weight budget is all expert cache
+    plan.experts_only = true;
+    plan.trunk_min = 0;
+    z.trunk_all = z.lm_bytes = 0;
+    r.trunk_gb.reset();
+  }
+  K3_RETURN_IF_ERROR(SplitBudget(p, r, mem_available, z, &plan));
   plan.expert_slots =
       z.moe ? static_cast<int>(std::min(plan.cache_budget, z.cache_all) / plan.expert_slot_bytes)
             : 0;
-  PlaceTrunk(z, &plan);
+  if (!plan.experts_only) PlaceTrunk(z, &plan);
   return plan;
 }
 

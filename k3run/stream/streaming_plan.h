@@ -42,6 +42,10 @@ struct BudgetRequest {
   // --trunk-gb / --cache-gb are weight budgets: the reserved bytes come on top of them.
   uint64_t reserved = 0;
   std::string reserved_what;
+  // Ranks ≥ 1 of a scale-out run (docs/SCALE-OUT.md) compute routed experts only and never read
+  // the trunk: no pinned layer, no ring, no lm_head; the whole weight budget is the expert cache
+  // (--trunk-gb does not apply).
+  bool experts_only = false;
   bool any() const { return budget_gb || trunk_gb || cache_gb || preset; }
 };
 
@@ -58,6 +62,7 @@ struct StreamingPlan {
   int64_t lm_head_chunk_rows = 0;  // when streamed
   CachePolicy policy = CachePolicy::kS3Fifo;
   uint64_t trunk_min = 0, cache_min = 0;
+  bool experts_only = false;       // BudgetRequest::experts_only: no trunk at all
   uint64_t total = 0;              // the TOTAL budget asked for (0: only weight budgets given)
   uint64_t reserved = 0;           // the part of `total` kept for caches, states and scratch
   uint64_t bytes() const;          // what the source holds at most

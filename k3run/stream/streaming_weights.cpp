@@ -172,6 +172,7 @@ Status StreamingWeights::PreloadExperts() {
 // The walk: unpinned layers of a forward pass in order, then lm_head's chunks when it is not held.
 Status StreamingWeights::StartRing() {
   const ModelConfig& c = prepared_->manifest.config;
+  if (plan_.experts_only) return Status::Ok();  // a rank that computes experts only: no walk
   const int walk_layers = options_.walk_layers > 0 ? options_.walk_layers : c.n_layers;
   std::vector<RingItem> walk;
   ring_pos_.assign(static_cast<size_t>(c.n_layers), -1);

@@ -23,7 +23,6 @@
 #include "k3prep/pack/pack.h"
 #include "k3prep/split/split.h"
 #include "k3prep/synth/checkpoint.h"
-#include "k3prep/synth/presets.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
@@ -431,11 +430,7 @@ TEST_F(DoctorTiny, RanksPrintEachRanksTrunkShareBudgetAndDisk) {
     EXPECT_EQ(n.trunk_bytes, trunk);
     EXPECT_EQ(n.reads_trunk, rank == 0);
     EXPECT_EQ(n.share_ram_bytes, n.experts * slot);
-    // Ranks ≥ 1 keep k3run's trunk ring in their plan, read or not.
-    ASSERT_TRUE(r.model.floor.has_value());
-    EXPECT_EQ(n.budget_bytes,
-              (rank == 0 ? 32'000'000'000u : kRankMarginBytes + r.model.floor->trunk_min) +
-                  n.share_ram_bytes);
+    EXPECT_EQ(n.budget_bytes, (rank == 0 ? 32'000'000'000u : kRankMarginBytes) + n.share_ram_bytes);
     // The disk is what `k3prep split` writes (k3.json estimated with a little room).
     const std::string share = tmp.Join("rank" + std::to_string(rank));
     SplitOptions so;
@@ -453,8 +448,8 @@ TEST_F(DoctorTiny, RanksPrintEachRanksTrunkShareBudgetAndDisk) {
   EXPECT_THAT(text, HasSubstr("experts 2-4 of each MoE layer = 36 in RAM"));
   EXPECT_THAT(text, HasSubstr("on disk (not read)"));
   EXPECT_THAT(text, HasSubstr("budget --budget-gb 32.001"));
-  EXPECT_THAT(text, HasSubstr("budget --budget-gb 0.257"));  // 0.256 margin + 0.46 MB ring + share
-  EXPECT_THAT(Joined(r.notes), HasSubstr("plus the trunk minimum 0.46 MB"));
+  EXPECT_THAT(text, HasSubstr("budget --budget-gb 0.257"));
+  EXPECT_THAT(Joined(r.notes), HasSubstr("they read no trunk"));
   EXPECT_THAT(Joined(r.notes), HasSubstr("k3prep split " + Prepared() + " --ranks 3 --rank R"));
   EXPECT_THAT(Joined(r.notes), HasSubstr("only rank 0 reads it"));
   nlohmann::json j = nlohmann::json::parse(RenderDoctorJson(r));
@@ -506,9 +501,7 @@ TEST(Doctor, RanksOnAnEmptyDirPlanTheReleasedModel) {
   EXPECT_EQ(one.expert_end, 224);
   EXPECT_EQ(one.experts, 112u * 92);  // 93 layers, the first dense
   EXPECT_EQ(one.share_ram_bytes, one.experts * AlignUp(kReleasedExpertBytes, 64));
-  Result<BudgetFloor> floor = FloorFromConfig(*synth::PresetConfig("full"));
-  ASSERT_TRUE(floor.ok());
-  EXPECT_EQ(one.budget_bytes, kRankMarginBytes + floor->trunk_min + one.share_ram_bytes);
+  EXPECT_EQ(one.budget_bytes, kRankMarginBytes + one.share_ram_bytes);
 }
 
 TEST_F(DoctorTiny, WithoutRanksThereIsNoPlan) {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -374,6 +375,36 @@ TEST(StreamingLadderPlan, LmHeadHeldOnlyWithEveryLayerPinned) {
       EXPECT_EQ(p.ring_slots, 0);
     }
   }
+}
+
+// Ranks >= 1 of a scale-out run (BudgetRequest::experts_only): no pinned layer, no ring, no
+// lm_head, the whole weight budget is expert cache, even below the one-process trunk minimum
+// and with a --trunk-gb given; and such a source never reads a trunk byte.
+TEST(StreamingExpertsOnlyPlan, TheWholeBudgetIsExpertCache) {
+  BudgetRequest r;
+  r.experts_only = true;
+  r.budget_gb = double(Generous().cache_min + 4096) / 1e9;  // below trunk_min + cache_min
+  r.trunk_gb = 1.0;
+  const StreamingPlan p = Must(Plan(r));
+  EXPECT_TRUE(p.experts_only);
+  EXPECT_TRUE(p.pinned.empty());
+  EXPECT_EQ(p.ring_slots, 0);
+  EXPECT_FALSE(p.lm_head_held);
+  EXPECT_EQ(p.trunk_min, 0u);
+  EXPECT_EQ(p.bytes(), uint64_t(p.expert_slots) * p.expert_slot_bytes);
+  EXPECT_LE(p.bytes(), static_cast<uint64_t>(std::llround(*r.budget_gb * 1e9)));
+  EXPECT_NE(p.Describe().find("experts only (this rank reads no trunk)"), std::string::npos);
+  BudgetRequest one;  // the same budget without experts_only is refused: the ring needs room
+  one.budget_gb = r.budget_gb;
+  EXPECT_FALSE(Plan(one).ok());
+  StreamingOptions so;
+  Result<std::unique_ptr<StreamingWeights>> w = StreamingWeights::Open(Env::Default(), &Prepared(), p, so);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const ops::GluWeights* e = (*w)->Expert(Prepared().manifest.config.first_dense, 0);
+  EXPECT_NE(e, nullptr);
+  EXPECT_EQ((*w)->Counters().trunk, 0u);
+  EXPECT_EQ((*w)->Counters().lm_head, 0u);
+  EXPECT_GT((*w)->Counters().experts, 0u);
 }
 
 // Every plan between the minimum and everything fits its budgets and can run: the trunk part

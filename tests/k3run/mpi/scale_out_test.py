@@ -11,6 +11,7 @@ usage: scale_out_test.py BUILD_DIR [unittest args, e.g. Bits]
 Exit 77 (CTest SKIP) when k3run was built without Open MPI or mpirun is missing.
 """
 import json
+import re
 import os
 import shutil
 import signal
@@ -154,6 +155,16 @@ class Bits(unittest.TestCase):
         logits, rep = self.prompt_run(prep, 3, "small-budget-3", budget)
         self.assertEqual(rep["generated_ids"], base["generated_ids"])
         self.assertTrue(logits == base_logits)
+        # Ranks >= 1 hold no trunk: their whole budget is expert cache, and they read only experts.
+        _, err = ok(self, mpi(2, prep, ["--prompt", PROMPT, "--gen", "4", "--preset", "max",
+                                        "--preload"]), "experts-only plan")
+        self.assertIn("k3run rank 1 of 2", err)
+        self.assertIn("streaming plan: experts only (this rank reads no trunk)", err)
+        share = re.search(r"k3run rank 1 of 2 \(.*?\): routed experts .*?\(([0-9.]+ [KMG]iB) in", err)
+        read = re.search(r"k3run rank 1 of 2: .* read ([0-9.]+ [KMG]iB)", err)
+        self.assertIsNotNone(share, err)
+        self.assertIsNotNone(read, err)
+        self.assertEqual(read.group(1), share.group(1), "rank 1 must read its experts and nothing else")
 
     def test_spec_with_oracle_drafts(self):
         prep = model("small").prep

@@ -1109,6 +1109,20 @@ void AddServeFlags(CLI::App* app, ServeOptions* o) {
   app->add_option("--prompt-cache-gb", o->prompt_cache_gb,
                   "--serve: memory for snapshots at the ends of recent prompts (0: off)")
       ->check(InRange(0.0, kMaxBudgetGb));
+  app->add_option("--header-timeout", o->limits.head_seconds,
+                  "--serve: seconds a request's head may take to arrive (then 408); also how "
+                  "long an idle keep-alive connection stays open")
+      ->check(InRange(0.1, 3600.0))
+      ->capture_default_str();
+  app->add_option("--body-timeout", o->limits.body_seconds,
+                  "--serve: seconds a request's body may take to arrive after its head (then 408)")
+      ->check(InRange(0.1, 3600.0))
+      ->capture_default_str();
+  app->add_option("--max-connections", o->limits.max_connections,
+                  "--serve: open connections at most; past it the one that waited longest for "
+                  "its request is closed (503)")
+      ->check(InRange(1, 65536))
+      ->capture_default_str();
 }
 
 void AddRunFlags(CLI::App* app, RunOptions* o) {

@@ -35,20 +35,21 @@ bool AddressAndPort(const sockaddr_storage& a, std::string* addr, int* port) {
 bool Matches(int fd, const std::string& local, int lport, const std::string& remote, int rport) {
   struct stat st = {};
   if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  sockaddr_storage a = {};
-  socklen_t n = sizeof a;
   std::string addr;
   int port = 0;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0 ||
-      !AddressAndPort(a, &addr, &port) || port != lport || addr != local) {
-    return false;
-  }
-  n = sizeof a;
-  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0 &&
-         AddressAndPort(a, &addr, &port) && port == rport && addr == remote;
+  if (!SocketAddress(fd, false, &addr, &port) || port != lport || addr != local) return false;
+  return SocketAddress(fd, true, &addr, &port) && port == rport && addr == remote;
 }
 
 }  // namespace
+
+bool SocketAddress(int fd, bool peer, std::string* addr, int* port) {
+  sockaddr_storage a = {};
+  socklen_t n = sizeof a;
+  const int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &n)
+                      : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  return rc == 0 && AddressAndPort(a, addr, port);
+}
 
 ClientSocket ClientSocket::Find(const std::string& local_addr, int local_port,
                                 const std::string& remote_addr, int remote_port) {

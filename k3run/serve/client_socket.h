@@ -10,6 +10,10 @@
 
 namespace k3::run {
 
+// The address ("a.b.c.d", or the IPv6 text form) and port of socket fd's own end (peer false)
+// or of its peer, as cpp-httplib writes them into a Request; false for other families.
+bool SocketAddress(int fd, bool peer, std::string* addr, int* port);
+
 class ClientSocket {
  public:
   // The connected socket whose local end is local_addr:local_port and whose peer is

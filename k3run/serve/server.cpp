@@ -14,7 +14,10 @@
 #include <httplib.h>
 
 #include "common/log.h"
+#include "k3run/serve/front_door.h"
+#include "k3run/serve/gated_http.h"
 #include "k3run/serve/openai_request.h"
+#include "k3run/serve/openai_response.h"
 #include "k3run/serve/server_context.h"
 #include "k3run/serve/server_routes.h"
 #include "k3run/engine/stop_rules.h"
@@ -104,21 +107,30 @@ void EngineThread(ServerContext* ctx, const SchedulerOptions& so, std::atomic<bo
   }
 }
 
-void Configure(httplib::Server& svr, const ServerContext& ctx) {
-  const auto workers = static_cast<size_t>(ctx.max_seqs + ctx.max_queue + kSpareWorkers);
-  svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  svr.set_payload_max_length(kMaxBodyBytes);
-  // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server bind a port that
-  // is in use and share its connections; SO_REUSEADDR alone still allows a quick restart.
-  svr.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  // An idle keep-alive connection holds a worker: keep that short, so idle clients cannot
-  // starve admission, and shutdown does not wait on them.
-  svr.set_keep_alive_timeout(1);
-  svr.set_read_timeout(10);
-  svr.set_write_timeout(10);
+void Configure(httplib::Server& svr, const FrontDoorLimits& limits) {
+  svr.set_payload_max_length(limits.max_body_bytes);
+  // What the Keep-Alive response header tells clients: the front door's wait for a next request.
+  svr.set_keep_alive_timeout(static_cast<time_t>(limits.head_seconds));
+  svr.set_keep_alive_max_count(1000);
+}
+
+// The front door's handlers: /health from the lifecycle state, errors in the OpenAI form, and
+// whole requests to the worker pool.
+FrontDoor::Handlers DoorHandlers(const ServerContext& ctx, GatedHttpServer* svr,
+                                 httplib::ThreadPool* pool) {
+  FrontDoor::Handlers h;
+  h.health = [&ctx] { return HealthReply(ctx); };
+  h.error_body = FrontDoorErrorBody;
+  h.dispatch = [svr, pool](FrontDoor* door, std::shared_ptr<GatedConnection> c) {
+    pool->enqueue([svr, door, c] {
+      if (svr->Serve(c.get(), kWriteSeconds)) {
+        door->Resume(c);
+      } else {
+        door->Close(c);
+      }
+    });
+  };
+  return h;
 }
 
 // Waits until `pred` or `seconds` passed.
@@ -152,18 +164,23 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
   ctx.created = static_cast<int64_t>(std::time(nullptr));
   K3_ASSIGN_OR_RETURN(ctx.api_key, ReadApiKey(Env::Default(), o.api_key_file));
 
-  httplib::Server svr;
-  Configure(svr, ctx);
-  RegisterRoutes(svr, ctx);
-  const int port = o.port == 0 ? svr.bind_to_any_port(o.host)
-                               : (svr.bind_to_port(o.host, o.port) ? o.port : -1);
-  if (port <= 0) {
-    return Status::Io("cannot listen on " + o.host + ":" + std::to_string(o.port) +
-                      " (in use, or not an address of this machine)");
-  }
   WakePipe wake;
   K3_RETURN_IF_ERROR(wake.Open());
-  std::thread listener([&svr] { svr.listen_after_bind(); });
+  int port = 0;
+  K3_ASSIGN_OR_RETURN(const int listen_fd, FrontDoor::Listen(o.host, o.port, &port));
+  GatedHttpServer svr(listen_fd);
+  Configure(svr, o.limits);
+  RegisterRoutes(svr, ctx);
+  // A streamed response holds its worker until it ends: max_seqs + queue workers, and spares
+  // for /v1/models, /metrics and 429s.
+  httplib::ThreadPool pool(static_cast<size_t>(ctx.max_seqs + ctx.max_queue + kSpareWorkers));
+  Result<std::unique_ptr<FrontDoor>> door =
+      FrontDoor::Start(listen_fd, o.limits, DoorHandlers(ctx, &svr, &pool));
+  if (!door.ok()) {
+    ::close(listen_fd);
+    pool.shutdown();
+    return door.status();
+  }
   WriteStderr("listening on http://" + o.host + ":" + std::to_string(port) + "\n");
 
   SchedulerOptions so;
@@ -189,8 +206,9 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
     ctx.scheduler->Wake();
     (void)WaitUntil([&] { return ctx.open_requests.load() == 0; }, 2.5);
   }
-  svr.stop();
-  listener.join();
+  (*door)->Stop();  // no new requests; the workers' connections close as they finish
+  svr.EndStreams();
+  pool.shutdown();
   run.store(false);
   // The engine thread ends at its next WaitForWork. A weight load cannot be interrupted (nor a
   // layer that waits on a stuck disk), and the process must still exit in time: then it ends

@@ -1,14 +1,16 @@
 // `k3run PREPARED --serve`: an OpenAI-compatible HTTP server over the multi-sequence scheduler
 // (DESIGN.md §11.5; the user's view: docs/SERVER.md).
 //
-// Threads: cpp-httplib's listener and its worker pool (max_seqs + queue + kSpareWorkers
-// workers: a streamed response holds its worker until it ends, so admission — 429 when the
-// scheduler's queue is full — is decided by a worker that never blocks on a full queue); one
+// Threads: the front door (front_door.h), which reads every request whole within its deadlines
+// and answers /health itself; a worker pool that runs whole requests through cpp-httplib's
+// routing (gated_http.h): max_seqs + queue + kSpareWorkers workers (a streamed response holds
+// its worker until it ends, so admission — 429 when the scheduler's queue is full — is decided
+// by a worker that never blocks on a full queue); one
 // engine thread that loads the weights, then runs `while running { WaitForWork(); RunPass(); }`
 // (every scheduler callback runs there); the caller's thread, which waits for SIGTERM/SIGINT or
 // a failed load and then shuts down: stop admitting, CancelAll, let streams end with an error
-// chunk, stop the listener, exit within kShutdownSeconds.
-// The listener starts before the weights load: /health answers 503 until they are loaded.
+// chunk, stop the front door, exit within kShutdownSeconds.
+// The front door starts before the weights load: /health answers 503 until they are loaded.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,8 @@
 
 #include "common/status.h"
 #include "k3run/engine/session.h"
+#include "k3run/serve/front_door.h"
+#include "k3run/serve/openai_request.h"
 
 namespace k3::run {
 
@@ -27,11 +31,19 @@ struct ServeOptions {
   int64_t queue = 16;                 // --queue: requests that may wait for a slot
   std::string api_key_file;           // --api-key-file
   double prompt_cache_gb = 0;         // --prompt-cache-gb (0: off)
+  // --header-timeout, --body-timeout, --max-connections; bodies up to kMaxBodyBytes.
+  FrontDoorLimits limits = [] {
+    FrontDoorLimits l;
+    l.max_body_bytes = kMaxBodyBytes;
+    return l;
+  }();
 };
 
 // Workers beyond max_seqs + queue: they answer /health, /metrics and 429s while every slot and
 // queue place holds a worker.
 inline constexpr int64_t kSpareWorkers = 4;
+// A response write that cannot proceed this long (a client that stopped reading) fails it.
+inline constexpr double kWriteSeconds = 10;
 // SIGTERM to exit, at most.
 inline constexpr double kShutdownSeconds = 5;
 

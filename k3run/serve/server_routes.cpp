@@ -52,15 +52,6 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
   AnswerWhole(job, req, res);
 }
 
-void Health(const ServerContext& ctx, httplib::Response& res) {
-  const ServerPhase p = ctx.phase.load(std::memory_order_acquire);
-  const char* status = p == ServerPhase::kReady ? "ok"
-                       : p == ServerPhase::kLoading ? "loading"
-                                                    : "shutting down";
-  res.status = p == ServerPhase::kReady ? 200 : 503;
-  res.set_content(std::string("{\"status\":\"") + status + "\"}", "application/json");
-}
-
 void Metrics(const ServerContext& ctx, httplib::Response& res) {
   const SchedulerStats s = ctx.ready() || ctx.stopping() ? ctx.scheduler->Stats() : SchedulerStats{};
   std::string text = MetricsText(s, ctx.max_seqs, ctx.max_queue, ctx.rejected.load());
@@ -70,6 +61,25 @@ void Metrics(const ServerContext& ctx, httplib::Response& res) {
 }
 
 }  // namespace
+
+std::pair<int, std::string> HealthReply(const ServerContext& ctx) {
+  const ServerPhase p = ctx.phase.load(std::memory_order_acquire);
+  const char* status = p == ServerPhase::kReady ? "ok"
+                       : p == ServerPhase::kLoading ? "loading"
+                                                    : "shutting down";
+  return {p == ServerPhase::kReady ? 200 : 503, std::string("{\"status\":\"") + status + "\"}"};
+}
+
+std::string FrontDoorErrorBody(int status, const std::string& message) {
+  const char* code = status == 408   ? "request_timeout"
+                     : status == 411 ? "length_required"
+                     : status == 413 ? "body_too_large"
+                     : status == 431 ? "head_too_large"
+                     : status == 503 ? "too_many_connections"
+                                     : "bad_request";
+  return ErrorBody(Error(status, message, status >= 500 ? "server_error" : "invalid_request_error",
+                         code));
+}
 
 bool BearerMatches(std::string_view header, std::string_view key) {
   constexpr std::string_view kBearer = "Bearer ";
@@ -93,7 +103,7 @@ void RegisterRoutes(httplib::Server& svr, ServerContext& ctx) {
                           "of --api-key-file)", "invalid_request_error", "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  svr.Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) { Health(ctx, res); });
+  // GET /health never reaches a worker: the front door answers it (HealthReply).
   svr.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     res.set_content(ModelsBody(ctx.model, ctx.created), "application/json");
   });

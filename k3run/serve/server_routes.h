@@ -1,10 +1,13 @@
-// The HTTP surface of `k3run --serve` (docs/SERVER.md): /health, /v1/models, /metrics,
-// /v1/chat/completions, /v1/completions; the bearer key check; OpenAI error bodies for every
-// status cpp-httplib decides itself (404 no route, 413 body too large, 500 exception).
-// Thread safety: handlers run on cpp-httplib's workers; everything they share is ServerContext.
+// The HTTP surface of `k3run --serve` (docs/SERVER.md): /v1/models, /metrics,
+// /v1/chat/completions, /v1/completions on the workers; /health in the front door
+// (front_door.h); the bearer key check; OpenAI error bodies for every status cpp-httplib or the
+// front door decides itself (404 no route, 408/411/413/431/503 from the front door, 500).
+// Thread safety: handlers run on the workers; everything they share is ServerContext.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include <httplib.h>
 
@@ -13,6 +16,12 @@
 namespace k3::run {
 
 void RegisterRoutes(httplib::Server& svr, ServerContext& ctx);
+
+// GET /health: 200 {"status":"ok"} when ready, else 503 with "loading" or "shutting down".
+// Lock-free (one atomic load): the front door's thread calls it.
+std::pair<int, std::string> HealthReply(const ServerContext& ctx);
+// The OpenAI error body of a status the front door answers (408, 411, 413, 431, 400, 503).
+std::string FrontDoorErrorBody(int status, const std::string& message);
 
 // "Bearer KEY" against `key`, in time independent of where they differ.
 bool BearerMatches(std::string_view header, std::string_view key);

@@ -9,10 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "k3run/kernels/matmul.h"
 
 namespace k3::kernels::internal {
+
+// A kernel called against its contract: logs "a bug in the caller: msg" and aborts.
+[[noreturn]] void Die(const std::string& msg);
 
 // The exact fp32 MXFP4 weight for every (scale byte, nibble): Mxfp4Lut()[s][c] =
 // E2M1[c] · 2^(s−127), [255][c] = E2M1[c]·0. Row c|8 is the bitwise negation of row c (sign
@@ -46,5 +50,13 @@ void RouterRowsAvx2(const Matrix& w, const float* x, double* out, int64_t r_begi
                     int64_t r_end);
 void RouterRowsAvx512(const Matrix& w, const float* x, double* out, int64_t r_begin,
                       int64_t r_end);
+
+// MatMulTransposedOnThisThread (transposed.h): the scalar reference for columns [j_begin, j_end)
+// (the SIMD bodies hand it the columns left over from their 16- or 8-column blocks), and one
+// body per ISA for all columns.
+void TransposedColsScalar(const Matrix& w, const float* x, int64_t x_stride, int64_t T, float* y,
+                          int64_t j_begin, int64_t j_end);
+void TransposedColsAvx2(const Matrix& w, const float* x, int64_t x_stride, int64_t T, float* y);
+void TransposedColsAvx512(const Matrix& w, const float* x, int64_t x_stride, int64_t T, float* y);
 
 }  // namespace k3::kernels::internal

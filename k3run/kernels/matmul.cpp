@@ -68,12 +68,15 @@ internal::RowsFn RowsFor(Isa isa) {
   return internal::MatMulRowsScalar;
 }
 
+}  // namespace
+
+namespace internal {
 [[noreturn]] void Die(const std::string& msg) {
   LogError("k3 kernels (a bug in the caller): " + msg);
   std::abort();
 }
-
-}  // namespace
+}  // namespace internal
+using internal::Die;
 
 Status ValidateMatrix(const Matrix& w, std::string_view what) {
   const std::string name(what);

@@ -10,6 +10,7 @@
 
 #include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
+#include "k3run/kernels/transposed.h"
 #include "k3run/ops/math.h"
 #include "k3run/ops/norm.h"
 
@@ -26,43 +27,6 @@ kernels::Matrix RowSlice(const kernels::Matrix& w, int64_t row0, int64_t rows) {
   const size_t elem = w.type == kernels::WeightType::kF32 ? 4 : 2;
   m.data = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row0 * w.cols) * elem;
   return m;
-}
-
-// Step 2's W_UK[h]ᵀ for every head, [H][c][n], in kv_b_proj's own dtype: a transposition copies
-// element values, so the MatMul below sees exactly the weights of kv_b_proj.
-struct AbsorbedKeys {
-  std::vector<float> f32;      // kv_b_proj F32
-  std::vector<uint16_t> bf16;  // kv_b_proj BF16
-  kernels::Matrix Head(const kernels::Matrix& kvb, int64_t h, int64_t c, int64_t n) const {
-    const void* data = kvb.type == kernels::WeightType::kF32
-                           ? static_cast<const void*>(f32.data() + h * c * n)
-                           : static_cast<const void*>(bf16.data() + h * c * n);
-    return kernels::Matrix{kvb.type, c, n, data, nullptr};
-  }
-};
-
-template <typename Elem>
-void TransposeHeads(const Elem* src, int64_t H, int64_t n, int64_t c, int64_t stride, Elem* dst) {
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t i = 0; i < n; ++i) {
-      const Elem* row = src + (h * stride + i) * c;
-      Elem* out = dst + h * c * n + i;
-      for (int64_t j = 0; j < c; ++j) out[j * n] = row[j];
-    }
-  }
-}
-
-AbsorbedKeys TransposeKeys(const kernels::Matrix& kvb, const Dims& d) {
-  const int64_t H = d.n_heads, n = d.qk_nope, c = d.kv_lora, stride = d.kv_head();
-  AbsorbedKeys k;
-  if (kvb.type == kernels::WeightType::kF32) {
-    k.f32.resize(static_cast<size_t>(H * c * n));
-    TransposeHeads(static_cast<const float*>(kvb.data), H, n, c, stride, k.f32.data());
-  } else {
-    k.bf16.resize(static_cast<size_t>(H * c * n));
-    TransposeHeads(static_cast<const uint16_t*>(kvb.data), H, n, c, stride, k.bf16.data());
-  }
-  return k;
 }
 
 // ō += p · row, element by element in fp32 (a product, then a sum); restrict lets the compiler
@@ -145,15 +109,16 @@ Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, M
   std::vector<float> q;
   ProjectAndAppend(w, d, x, T, cache, &q);  // 1.
 
-  // 2. q̃[h][t] = W_UK[h]·q_nope[t][h]
-  const AbsorbedKeys keys = TransposeKeys(w.kv_b_proj, d);
-  std::vector<float> qt = Buf(H * T * c), rows = Buf(T * n);
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(rows.data() + t * n, q.data() + (t * H + h) * qh, size_t(n) * 4);
-    }
-    kernels::MatMul(keys.Head(w.kv_b_proj, h, c, n), rows.data(), T, qt.data() + h * T * c);
-  }
+  // 2. q̃[h][t] = W_UK[h]ᵀ·q_nope[t][h], reading kv_b_proj's rows h·(n+v) + [0, n) by columns
+  // (kernels/transposed.h: the bits of MatMul over the transpose, with no copy of it); one
+  // head per chunk, so each q̃ element is computed by one thread.
+  std::vector<float> qt = Buf(H * T * c);
+  kernels::ParallelChunks(std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H))), H,
+                          [&](int64_t h) {
+                            kernels::MatMulTransposedOnThisThread(
+                                RowSlice(w.kv_b_proj, h * (n + v), n), q.data() + h * qh, H * qh,
+                                T, qt.data() + h * T * c);
+                          });
 
   // 3.–5. heads claimed one at a time by the compute threads, one score buffer per thread
   const float scale = 1.0f / std::sqrt(static_cast<float>(qh));

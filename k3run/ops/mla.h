@@ -9,9 +9,9 @@
 // Evaluation order (part of the numerics contract, DESIGN.md §7 and §11.2):
 //   1. q = q_b(RMSNorm_latent_eps(q_a(x))), [T][H][n + r] (nope ‖ rope per head);
 //      c_kv = kv_a(x); latent = RMSNorm_latent_eps(c_kv[0, c)); k_rope = c_kv[c, c + r).
-//   2. W_UK[h] = rows h·(n+v) + [0, n) of kv_b_proj, transposed (exactly: a transposition moves
-//      bf16/f32 values, it rounds nothing) to [c][n]; q̃_h = W_UK[h]·q_nope_h under the MatMul
-//      contract (16 fp32 lanes over i, fixed tree).
+//   2. W_UK[h] = rows h·(n+v) + [0, n) of kv_b_proj, an [n][c] slice; q̃_h = W_UK[h]ᵀ·q_nope_h
+//      under the MatMul contract (16 fp32 lanes over i < n, fixed tree), computed by reading the
+//      slice by columns (kernels/transposed.h): no transposed copy, no cache of one.
 //   3. score_s = fp32(Σ_{j<c} q̃_h[j]·latent_s[j] + Σ_{i<r} q_h[n+i]·k_rope_s[i]): ONE double
 //      accumulator, latent terms then rope terms, each ascending; then · scale in fp32 with
 //      scale = 1/sqrtf(n + r), never folded into q̃. Causal: s ≤ the row's position.
@@ -23,7 +23,7 @@
 // sizes (T rows in one call equal T one-row calls) and budgets never change a bit. Forbidden
 // here (DESIGN.md §11.2a): online or tiled softmax, score sums split in pieces.
 // Scratch: per call [T] rows of projections, plus per compute thread (not per row, not per head)
-// one score buffer of len + T floats and doubles, and the transposed W_UK.
+// one score buffer of len + T floats and doubles.
 // The score sums run in kernels/router_dot.h (same contract: one double accumulator per
 // position, ascending index; SIMD across positions), step 5 vectorised across j.
 // The latent norms use Dims::mla_latent_eps (1e-6 upstream; 1e-5 reproduces the original

@@ -30,6 +30,11 @@
 // with one x, so it stays cache-resident like here) and [896][7168] (released model), at 1 and 2
 // threads whatever --threads says; ns per call, and each path's speed-up over the scalar path
 // measured in the same run.
+// Absorbed MLA query (ops/mla.h step 2, transposed.h): q̃_h = W_UK[h]ᵀ·q_nope_h for the released
+// 96 heads (W_UK[h]: a [128][512] bf16 slice of kv_b_proj [96·256][512]), T = 1, one thread:
+// "copy" transposes every head's slice into a buffer and runs MatMul on it (what MlaLayer did
+// per call before transposed.h), "columns" reads the slices by columns. Microseconds per call
+// and their ratio in the same run.
 // Argmax (argmax.h): greedy decoding's choice over a 163,840-entry row, the defining loop and
 // the kernel, microseconds per call and their ratio in the same run.
 #include <benchmark/benchmark.h>
@@ -52,6 +57,7 @@
 #include "k3run/kernels/matmul.h"
 #include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
+#include "k3run/kernels/transposed.h"
 
 namespace k3::kernels {
 namespace {
@@ -390,6 +396,11 @@ void PrintMatMulSummary(const Recorder& rec, const std::vector<Isa>& isas,
 }  // namespace
 }  // namespace k3::kernels
 
+std::string AbsorbedName(bool copy, k3::kernels::Isa isa) {
+  return std::string("absorbed_query/96x128x512/") + k3::kernels::IsaName(isa) +
+         (copy ? "/copy" : "/columns");
+}
+
 int main(int argc, char** argv) {
   using namespace k3::kernels;
   std::vector<Isa> isas;
@@ -509,6 +520,42 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMicrosecond);
   }
 
+  // The absorbed MLA query at released dims, on one thread (see the header comment).
+  const Weights kvb = MakeBf16(96 * 256, 512);
+  std::vector<float> q_nope(96 * 192, 0.5f), q_tilde(96 * 512);
+  std::vector<uint16_t> transposed(96 * 512 * 128);
+  for (Isa isa : isas) {
+    for (bool copy : {true, false}) {
+      benchmark::RegisterBenchmark(
+          AbsorbedName(copy, isa).c_str(),
+          [&, isa, copy](benchmark::State& s) {
+            const Isa isa_before = ActiveIsa();
+            SetIsa(isa);
+            for (auto _ : s) {
+              for (int64_t h = 0; h < 96; ++h) {
+                const uint16_t* slice = kvb.bf16.data() + h * 256 * 512;
+                if (copy) {
+                  uint16_t* t = transposed.data() + h * 512 * 128;
+                  for (int64_t i = 0; i < 128; ++i) {
+                    for (int64_t j = 0; j < 512; ++j) t[j * 128 + i] = slice[i * 512 + j];
+                  }
+                  MatMulOnThisThread({WeightType::kBF16, 512, 128, t, nullptr},
+                                     q_nope.data() + h * 192, 1, q_tilde.data() + h * 512);
+                } else {
+                  MatMulTransposedOnThisThread({WeightType::kBF16, 128, 512, slice, nullptr},
+                                               q_nope.data() + h * 192, 192, 1,
+                                               q_tilde.data() + h * 512);
+                }
+              }
+              benchmark::DoNotOptimize(q_tilde.data());
+            }
+            SetIsa(isa_before);
+          })
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+
   Recorder recorder;
   benchmark::RunSpecifiedBenchmarks(&recorder);
   benchmark::Shutdown();
@@ -537,6 +584,14 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
     }
+  }
+  for (Isa isa : isas) {
+    const auto copy = recorder.time.find(AbsorbedName(true, isa));
+    const auto cols = recorder.time.find(AbsorbedName(false, isa));
+    if (copy == recorder.time.end() || cols == recorder.time.end()) continue;
+    std::printf("  absorbed MLA query, 96 heads 128x512 bf16, 1 thread, isa %-6s: transpose + "
+                "MatMul %.0f us, by columns %.0f us (%.2fx, same run)\n", IsaName(isa),
+                copy->second, cols->second, copy->second / cols->second);
   }
   const auto ref = recorder.time.find("argmax/163840/reference");
   const auto ker = recorder.time.find("argmax/163840/kernel");

@@ -165,27 +165,88 @@ std::string EncodeSequenceState(const SequenceState& s) {
 
 namespace {
 
-// The body after its hash passed: tokens, then each section, then nothing.
-Status DecodeBody(std::string_view bytes, const Header& h, const std::string& source,
-                  SequenceState* s) {
-  const uint64_t end = bytes.size();
+// The body's bytes in order: from memory, or from a file a chunk at a time.
+class BodyReader {
+ public:
+  virtual ~BodyReader() = default;
+  // The next n bytes (the caller never asks past the body's end).
+  virtual Status Read(size_t n, void* dst) = 0;
+};
+
+class MemoryReader : public BodyReader {
+ public:
+  MemoryReader(std::string_view bytes, uint64_t at) : bytes_(bytes), at_(at) {}
+  Status Read(size_t n, void* dst) override {
+    if (n != 0) std::memcpy(dst, bytes_.data() + at_, n);
+    at_ += n;
+    return Status::Ok();
+  }
+
+ private:
+  std::string_view bytes_;
+  uint64_t at_;
+};
+
+// Reads the file through one buffer of kStateReadChunk bytes: the loader's only allocation
+// besides the token ids, whatever the state's size.
+class ChunkReader : public BodyReader {
+ public:
+  ChunkReader(File* file, uint64_t at) : file_(file), at_(at), buf_(kStateReadChunk) {}
+  Status Read(size_t n, void* dst) override {
+    auto* out = static_cast<char*>(dst);
+    while (n > 0) {
+      if (have_ == used_) {
+        const size_t k = kStateReadChunk;
+        size_t got = 0;
+        K3_RETURN_IF_ERROR(file_->PRead(at_, k, buf_.data(), &got));
+        if (got == 0) return Status::Io("sequence state: the file ended early while read");
+        at_ += got;
+        have_ = got;
+        used_ = 0;
+      }
+      const size_t take = std::min(n, have_ - used_);
+      std::memcpy(out, buf_.data() + used_, take);
+      used_ += take;
+      out += take;
+      n -= take;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  File* file_;
+  uint64_t at_;
+  std::vector<char> buf_;
+  size_t have_ = 0, used_ = 0;
+};
+
+uint32_t Get32(const char* p) { return le::Get32(std::string_view(p, 4), 0); }
+uint64_t Get64(const char* p) { return le::Get64(std::string_view(p, 8), 0); }
+
+// The body after its hash passed: tokens, then each section, then nothing. `end` is the file
+// size; offsets in messages are the file's.
+Status DecodeBody(BodyReader& r, uint64_t end, const Header& h, const std::string& source,
+                  StateSink* sink) {
   uint64_t at = kSequenceStateHeaderSize;
   if (h.n_tokens * 4 > h.body_bytes) {
     return Status::Invalid(At(source, at) + ": tokens: n_tokens " + std::to_string(h.n_tokens) +
                            " x 4 bytes run past the end of the body (body_bytes " +
                            std::to_string(h.body_bytes) + ")" + kSaveAgain);
   }
-  s->tokens.resize(h.n_tokens);
+  std::vector<int32_t> tokens(h.n_tokens);
   for (uint64_t i = 0; i < h.n_tokens; ++i, at += 4) {
-    const auto t = static_cast<int32_t>(le::Get32(bytes, at));
+    char b[4];
+    K3_RETURN_IF_ERROR(r.Read(4, b));
+    const auto t = static_cast<int32_t>(Get32(b));
     if (t < 0) {
       return Status::Invalid(At(source, at) + ": tokens[" + std::to_string(i) + "] is " +
                              std::to_string(t) + ", must be >= 0" + kSaveAgain);
     }
-    s->tokens[i] = t;
+    tokens[i] = t;
   }
+  K3_RETURN_IF_ERROR(sink->Tokens(std::move(tokens)));
   std::vector<uint32_t> section_of_layer(h.layers, std::numeric_limits<uint32_t>::max());
-  s->sections.reserve(std::min<uint64_t>(h.n_sections, (end - at) / kSectionHeaderSize));
+  std::vector<float> piece;
   for (uint32_t i = 0; i < h.n_sections; ++i) {
     const std::string where = At(source, at) + ": section " + std::to_string(i);
     if (end - at < kSectionHeaderSize) {
@@ -193,34 +254,39 @@ Status DecodeBody(std::string_view bytes, const Header& h, const std::string& so
                              std::to_string(end - at) + " bytes left; n_sections " +
                              std::to_string(h.n_sections) + ")" + kSaveAgain);
     }
-    StateSection sec;
-    sec.layer = le::Get32(bytes, at);
-    sec.kind = le::Get32(bytes, at + 4);
-    const uint64_t n_floats = le::Get64(bytes, at + 8);
-    if (sec.kind != kKda && sec.kind != kMla) {
-      return Status::Invalid(where + ": kind is " + std::to_string(sec.kind) +
+    char head[kSectionHeaderSize];
+    K3_RETURN_IF_ERROR(r.Read(kSectionHeaderSize, head));
+    const uint32_t layer = Get32(head), kind = Get32(head + 4);
+    const uint64_t n_floats = Get64(head + 8);
+    if (kind != kKda && kind != kMla) {
+      return Status::Invalid(where + ": kind is " + std::to_string(kind) +
                              ", unknown (1 = KDA, 2 = MLA)" + kSaveAgain);
     }
-    if (sec.layer >= h.layers) {
-      return Status::Invalid(where + ": layer is " + std::to_string(sec.layer) +
+    if (layer >= h.layers) {
+      return Status::Invalid(where + ": layer is " + std::to_string(layer) +
                              ", must be < layers " + std::to_string(h.layers) + kSaveAgain);
     }
-    if (section_of_layer[sec.layer] != std::numeric_limits<uint32_t>::max()) {
-      return Status::Invalid(where + ": layer " + std::to_string(sec.layer) +
+    if (section_of_layer[layer] != std::numeric_limits<uint32_t>::max()) {
+      return Status::Invalid(where + ": layer " + std::to_string(layer) +
                              " already has a section (section " +
-                             std::to_string(section_of_layer[sec.layer]) + ")" + kSaveAgain);
+                             std::to_string(section_of_layer[layer]) + ")" + kSaveAgain);
     }
-    section_of_layer[sec.layer] = i;
+    section_of_layer[layer] = i;
     at += kSectionHeaderSize;
     if (n_floats > (end - at) / 4) {
       return Status::Invalid(where + ": n_floats " + std::to_string(n_floats) +
                              " x 4 bytes run past the end of the body (" +
                              std::to_string(end - at) + " bytes left)" + kSaveAgain);
     }
-    sec.data.resize(n_floats);
-    if (n_floats != 0) std::memcpy(sec.data.data(), bytes.data() + at, 4 * n_floats);
+    K3_RETURN_IF_ERROR(sink->Section(layer, kind, n_floats));
+    piece.resize(static_cast<size_t>(std::min<uint64_t>(n_floats, kStateReadChunk / 4)));
+    for (uint64_t left = n_floats; left > 0;) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(left, piece.size()));
+      K3_RETURN_IF_ERROR(r.Read(4 * k, piece.data()));
+      sink->Floats(piece.data(), k);
+      left -= k;
+    }
     at += 4 * n_floats;
-    s->sections.push_back(std::move(sec));
   }
   if (at != end) {
     return Status::Invalid(At(source, at) + ": " + std::to_string(end - at) +
@@ -228,6 +294,34 @@ Status DecodeBody(std::string_view bytes, const Header& h, const std::string& so
                            std::to_string(h.n_sections) + ")" + kSaveAgain);
   }
   return Status::Ok();
+}
+
+// Collects a whole SequenceState (DecodeSequenceState, ReadSequenceState).
+class CollectSink : public StateSink {
+ public:
+  explicit CollectSink(SequenceState* s) : s_(s) {}
+  Status Tokens(std::vector<int32_t> tokens) override {
+    s_->tokens = std::move(tokens);
+    return Status::Ok();
+  }
+  Status Section(uint32_t layer, uint32_t kind, uint64_t n_floats) override {
+    s_->sections.push_back({layer, kind, {}});
+    s_->sections.back().data.reserve(static_cast<size_t>(n_floats));
+    return Status::Ok();
+  }
+  void Floats(const float* data, size_t n) override {
+    auto& d = s_->sections.back().data;
+    d.insert(d.end(), data, data + n);
+  }
+
+ private:
+  SequenceState* s_;
+};
+
+Status BadHash(const std::string& source, const Header& h, uint64_t hash) {
+  return Status::Integrity(At(source, kHdrBodyHash) + ": body_xxh3_64 is " + Hex64(h.body_hash) +
+                           ", the body hashes to " + Hex64(hash) +
+                           ": the file was altered or damaged after it was saved" + kSaveAgain);
 }
 
 }  // namespace
@@ -239,15 +333,13 @@ Result<SequenceState> DecodeSequenceState(std::string_view bytes, const std::str
   K3_RETURN_IF_ERROR(CheckFileSize(bytes.size(), h, source));
   const uint64_t hash =
       Xxh3_64(bytes.data() + kSequenceStateHeaderSize, bytes.size() - kSequenceStateHeaderSize);
-  if (hash != h.body_hash) {
-    return Status::Integrity(At(source, kHdrBodyHash) + ": body_xxh3_64 is " + Hex64(h.body_hash) +
-                             ", the body hashes to " + Hex64(hash) +
-                             ": the file was altered or damaged after it was saved" + kSaveAgain);
-  }
+  if (hash != h.body_hash) return BadHash(source, h, hash);
   SequenceState s;
   s.model = expected_model;
   s.layers = h.layers;
-  K3_RETURN_IF_ERROR(DecodeBody(bytes, h, source, &s));
+  MemoryReader r(bytes, kSequenceStateHeaderSize);
+  CollectSink sink(&s);
+  K3_RETURN_IF_ERROR(DecodeBody(r, bytes.size(), h, source, &sink));
   return s;
 }
 
@@ -316,16 +408,37 @@ Status OpenChecked(Env* env, const std::string& path, const Hash128& expected_mo
 
 }  // namespace
 
-Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
-                                        const Hash128& expected_model) {
+Status ReadSequenceStateInto(Env* env, const std::string& path, const Hash128& expected_model,
+                             StateSink* sink) {
   std::unique_ptr<File> file;
   uint64_t size = 0;
   Header h;
   K3_RETURN_IF_ERROR(OpenChecked(env, path, expected_model, &file, &size, &h));
-  std::string bytes(static_cast<size_t>(size), '\0');
-  K3_RETURN_IF_ERROR(file->ReadExact(0, bytes.size(), bytes.data()));
-  K3_RETURN_IF_ERROR(file->Close());
-  return DecodeSequenceState(bytes, path, expected_model);
+  {  // Every byte is hashed before any is interpreted: a first pass, a chunk at a time.
+    Xxh3_64Stream hash;
+    std::vector<char> buf(kStateReadChunk);
+    for (uint64_t at = kSequenceStateHeaderSize; at < size;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - at));
+      K3_RETURN_IF_ERROR(file->ReadExact(at, n, buf.data()));
+      hash.Update(buf.data(), n);
+      at += n;
+    }
+    if (hash.Digest() != h.body_hash) return BadHash(path, h, hash.Digest());
+  }
+  ChunkReader r(file.get(), kSequenceStateHeaderSize);
+  K3_RETURN_IF_ERROR(DecodeBody(r, size, h, path, sink));
+  return file->Close();
+}
+
+Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
+                                        const Hash128& expected_model) {
+  K3_ASSIGN_OR_RETURN(const StateHeader h, ReadSequenceStateHeader(env, path, expected_model));
+  SequenceState s;
+  s.model = expected_model;
+  s.layers = h.layers;
+  CollectSink sink(&s);
+  K3_RETURN_IF_ERROR(ReadSequenceStateInto(env, path, expected_model, &sink));
+  return s;
 }
 
 Result<StateHeader> ReadSequenceStateHeader(Env* env, const std::string& path,
@@ -335,7 +448,7 @@ Result<StateHeader> ReadSequenceStateHeader(Env* env, const std::string& path,
   Header h;
   K3_RETURN_IF_ERROR(OpenChecked(env, path, expected_model, &file, &size, &h));
   K3_RETURN_IF_ERROR(file->Close());
-  return StateHeader{h.layers, h.n_tokens, h.body_bytes};
+  return StateHeader{h.layers, h.n_tokens, h.body_bytes, h.n_sections};
 }
 
 }  // namespace k3::seqstate

@@ -81,6 +81,28 @@ Result<SequenceState> DecodeSequenceState(std::string_view bytes, const std::str
 // on failure no file exists under `path` that was not there before.
 Status WriteSequenceState(Env* env, const std::string& path, const SequenceState& s);
 
+// Where a state's contents go as ReadSequenceStateInto decodes them, in file order: the token
+// ids once, then per section Section (a refusal stops the read with that Status) followed by
+// its floats through Floats, in order, in pieces. Nothing is delivered before the whole body's
+// hash has passed.
+class StateSink {
+ public:
+  virtual ~StateSink() = default;
+  virtual Status Tokens(std::vector<int32_t> tokens) = 0;
+  virtual Status Section(uint32_t layer, uint32_t kind, uint64_t n_floats) = 0;
+  virtual void Floats(const float* data, size_t n) = 0;
+};
+
+// The bytes a state reader holds at once: the loader needs this much beside the token ids and
+// the sink's own buffers, whatever the state's size (--load-state's peak, docs/CONTEXT.md).
+inline constexpr size_t kStateReadChunk = size_t{1} << 20;
+
+// Reads `path` twice through one kStateReadChunk buffer: once to hash the body, once to decode
+// it into `sink`, with ReadSequenceState's checks, codes and messages. On an error the sink may
+// have been given part of the state.
+Status ReadSequenceStateInto(Env* env, const std::string& path, const Hash128& expected_model,
+                             StateSink* sink);
+
 // Reads and decodes `path`. The header is checked first (foreign model, wrong version, size),
 // so a refused file is not read whole. A missing file is kInvalid naming the path and
 // --load-state; other I/O failures are kIo.
@@ -93,6 +115,7 @@ struct StateHeader {
   uint32_t layers = 0;
   uint64_t n_tokens = 0;
   uint64_t body_bytes = 0;
+  uint32_t n_sections = 0;
 };
 
 // Reads and checks the header and the file size only (the body's hash is ReadSequenceState's

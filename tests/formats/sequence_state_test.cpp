@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <fstream>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -414,6 +417,101 @@ TEST(SequenceState, FuzzSeedCorpus) {
         << seed.name << " is stale: run this test with K3_UPDATE_FUZZ_SEEDS=1";
     EXPECT_EQ(DecodeError(seed.bytes).code(), seed.code) << seed.name;
   }
+}
+
+
+// --- ReadSequenceStateInto: a state larger than the read buffer, streamed into a sink ---
+
+// Records what a sink is given, and each piece's size.
+class RecordingSink : public StateSink {
+ public:
+  Status Tokens(std::vector<int32_t> tokens) override {
+    got.tokens = std::move(tokens);
+    ++calls;
+    return Status::Ok();
+  }
+  Status Section(uint32_t layer, uint32_t kind, uint64_t n_floats) override {
+    got.sections.push_back({layer, kind, {}});
+    ++calls;
+    (void)n_floats;
+    return refuse_section ? Status::Invalid("refused by the sink") : Status::Ok();
+  }
+  void Floats(const float* data, size_t n) override {
+    largest_piece = std::max(largest_piece, n);
+    auto& d = got.sections.back().data;
+    d.insert(d.end(), data, data + n);
+  }
+  SequenceState got;
+  int calls = 0;
+  size_t largest_piece = 0;
+  bool refuse_section = false;
+};
+
+// 2 layers with 700,001 and 300,000 floats: 4 MB, four read buffers' worth, sections that
+// straddle buffer boundaries.
+SequenceState LargeState() {
+  SequenceState s;
+  s.model = kModel;
+  s.layers = 2;
+  s.tokens = {5, 6, 7};
+  std::vector<float> a(700001), b(300000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = Bits(static_cast<uint32_t>(i * 2654435761u));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) * -0.5f;
+  s.sections.push_back({1, kMla, std::move(a)});
+  s.sections.push_back({0, kKda, std::move(b)});
+  return s;
+}
+
+TEST(SequenceState, ReadIntoStreamsThroughOneBufferWithTheSameBits) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("big.k3ss");
+  ASSERT_TRUE(WriteSequenceState(Env::Default(), path, LargeState()).ok());
+  for (const std::optional<size_t> short_reads :
+       {std::optional<size_t>(), std::optional<size_t>(777)}) {
+    test::FaultEnv env;
+    size_t largest_read = 0;
+    test::FaultRule rule;
+    rule.max_read_chunk = short_reads;
+    rule.before_read = [&](uint64_t, size_t n) { largest_read = std::max(largest_read, n); };
+    env.SetRule(path, rule);
+    RecordingSink sink;
+    const Status st = ReadSequenceStateInto(&env, path, kModel, &sink);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    sink.got.model = kModel;
+    sink.got.layers = 2;
+    ExpectSameBits(LargeState(), sink.got);
+    EXPECT_LE(largest_read, kStateReadChunk);  // never the whole 4 MB file at once
+    EXPECT_LE(sink.largest_piece * 4, kStateReadChunk);
+  }
+}
+
+TEST(SequenceState, ReadIntoGivesTheSinkNothingWhenTheHashFails) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("big.k3ss");
+  std::string b = EncodeSequenceState(LargeState());
+  b[b.size() - 3] ^= 0x10;  // the last section's last float, past the first read buffers
+  std::ofstream(path, std::ios::binary) << b;
+  RecordingSink sink;
+  ExpectRefused(ReadSequenceStateInto(Env::Default(), path, kModel, &sink), Code::kIntegrity,
+                {path, "byte offset 48", "body_xxh3_64"});
+  EXPECT_EQ(sink.calls, 0);
+}
+
+TEST(SequenceState, ReadIntoStopsAtARefusingSinkAndAtAReadError) {
+  test::TempDir tmp;
+  const std::string path = tmp.Join("big.k3ss");
+  ASSERT_TRUE(WriteSequenceState(Env::Default(), path, LargeState()).ok());
+  RecordingSink refusing;
+  refusing.refuse_section = true;
+  ExpectRefused(ReadSequenceStateInto(Env::Default(), path, kModel, &refusing), Code::kInvalid,
+                {"refused by the sink"});
+  EXPECT_EQ(refusing.got.sections.size(), 1u);  // stopped at the first section
+  test::FaultEnv env;
+  env.SetRule(path, test::FaultRule::EioAt(3u << 20));
+  RecordingSink sink;
+  const Status st = ReadSequenceStateInto(&env, path, kModel, &sink);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Code::kIo) << st.ToString();
 }
 
 }  // namespace

@@ -300,6 +300,10 @@ Status DecodeBody(BodyReader& r, uint64_t end, const Header& h, const std::strin
 class CollectSink : public StateSink {
  public:
   explicit CollectSink(SequenceState* s) : s_(s) {}
+  Status Header(const StateHeader& h) override {
+    s_->layers = h.layers;
+    return Status::Ok();
+  }
   Status Tokens(std::vector<int32_t> tokens) override {
     s_->tokens = std::move(tokens);
     return Status::Ok();
@@ -414,6 +418,7 @@ Status ReadSequenceStateInto(Env* env, const std::string& path, const Hash128& e
   uint64_t size = 0;
   Header h;
   K3_RETURN_IF_ERROR(OpenChecked(env, path, expected_model, &file, &size, &h));
+  K3_RETURN_IF_ERROR(sink->Header(StateHeader{h.layers, h.n_tokens, h.body_bytes, h.n_sections}));
   {  // Every byte is hashed before any is interpreted: a first pass, a chunk at a time.
     Xxh3_64Stream hash;
     std::vector<char> buf(kStateReadChunk);
@@ -432,10 +437,8 @@ Status ReadSequenceStateInto(Env* env, const std::string& path, const Hash128& e
 
 Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
                                         const Hash128& expected_model) {
-  K3_ASSIGN_OR_RETURN(const StateHeader h, ReadSequenceStateHeader(env, path, expected_model));
   SequenceState s;
   s.model = expected_model;
-  s.layers = h.layers;
   CollectSink sink(&s);
   K3_RETURN_IF_ERROR(ReadSequenceStateInto(env, path, expected_model, &sink));
   return s;

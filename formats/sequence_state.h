@@ -81,13 +81,26 @@ Result<SequenceState> DecodeSequenceState(std::string_view bytes, const std::str
 // on failure no file exists under `path` that was not there before.
 Status WriteSequenceState(Env* env, const std::string& path, const SequenceState& s);
 
-// Where a state's contents go as ReadSequenceStateInto decodes them, in file order: the token
-// ids once, then per section Section (a refusal stops the read with that Status) followed by
-// its floats through Floats, in order, in pieces. Nothing is delivered before the whole body's
-// hash has passed.
+// What the header says, for planning before the body is read (k3run reserves the positions a
+// state brings before it allocates anything).
+struct StateHeader {
+  uint32_t layers = 0;
+  uint64_t n_tokens = 0;
+  uint64_t body_bytes = 0;
+  uint32_t n_sections = 0;
+};
+
+// Where a state's contents go as ReadSequenceStateInto decodes them, in file order: the checked
+// header first (before the body is read), then, once the whole body's hash has passed, the
+// token ids, then per section Section followed by its floats through Floats, in order, in
+// pieces. A callback's refusal stops the read with its Status.
 class StateSink {
  public:
   virtual ~StateSink() = default;
+  virtual Status Header(const StateHeader& h) {
+    (void)h;
+    return Status::Ok();
+  }
   virtual Status Tokens(std::vector<int32_t> tokens) = 0;
   virtual Status Section(uint32_t layer, uint32_t kind, uint64_t n_floats) = 0;
   virtual void Floats(const float* data, size_t n) = 0;
@@ -108,15 +121,6 @@ Status ReadSequenceStateInto(Env* env, const std::string& path, const Hash128& e
 // --load-state; other I/O failures are kIo.
 Result<SequenceState> ReadSequenceState(Env* env, const std::string& path,
                                         const Hash128& expected_model);
-
-// What the header says, for planning before the body is read (k3run reserves the positions a
-// state brings before it allocates anything).
-struct StateHeader {
-  uint32_t layers = 0;
-  uint64_t n_tokens = 0;
-  uint64_t body_bytes = 0;
-  uint32_t n_sections = 0;
-};
 
 // Reads and checks the header and the file size only (the body's hash is ReadSequenceState's
 // job): the same refusals and codes as ReadSequenceState for those parts.

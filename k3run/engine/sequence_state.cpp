@@ -54,9 +54,23 @@ namespace {
 // them only the reader's kStateReadChunk buffer and the token ids.
 class SequenceSink : public seqstate::StateSink {
  public:
-  SequenceSink(const std::string& path, const ModelConfig& config, int64_t capacity,
+  SequenceSink(const std::string& path, const ModelConfig& config, int layers, int64_t capacity,
                State* state)
-      : path_(path), config_(config), capacity_(capacity), state_(state) {}
+      : path_(path), config_(config), layers_(layers), capacity_(capacity), state_(state) {}
+
+  // The header's counts, before the body is read: a state for other --layers is refused first.
+  Status Header(const seqstate::StateHeader& h) override {
+    if (h.layers != static_cast<uint32_t>(layers_)) {
+      return Status::Invalid(path_ + ": saved with --layers " + std::to_string(h.layers) +
+                             ", this run has " + std::to_string(layers_) +
+                             "; run with the same --layers");
+    }
+    if (h.n_sections != static_cast<uint32_t>(layers_)) {
+      return Status::Invalid(path_ + ": " + std::to_string(h.n_sections) +
+                             " layer sections for " + std::to_string(layers_) + " layers");
+    }
+    return Status::Ok();
+  }
 
   Status Tokens(std::vector<int32_t> tokens) override {
     if (static_cast<int64_t>(tokens.size()) > capacity_) {
@@ -126,6 +140,7 @@ class SequenceSink : public seqstate::StateSink {
   };
   const std::string& path_;
   const ModelConfig& config_;
+  const int layers_;
   const int64_t capacity_;
   State* state_;
   std::vector<int32_t> tokens_;
@@ -139,20 +154,8 @@ Status Engine::LoadSequence(const std::string& path, Sequence* seq) const {
   if (seq->length() > 0 || seq->pending() > 0) {
     return Status::Invalid("--load-state: the sequence is not empty");
   }
-  // The header's counts first: a state for other --layers is refused before anything is read.
-  K3_ASSIGN_OR_RETURN(const seqstate::StateHeader h,
-                      seqstate::ReadSequenceStateHeader(env_, path, prepared_->manifest_hash));
-  if (h.layers != static_cast<uint32_t>(layers_)) {
-    return Status::Invalid(path + ": saved with --layers " + std::to_string(h.layers) +
-                           ", this run has " + std::to_string(layers_) +
-                           "; run with the same --layers");
-  }
-  if (h.n_sections != static_cast<uint32_t>(layers_)) {
-    return Status::Invalid(path + ": " + std::to_string(h.n_sections) + " layer sections for " +
-                           std::to_string(layers_) + " layers");
-  }
   State& state = seq->state_;
-  SequenceSink sink(path, config_, seq->capacity(), &state);
+  SequenceSink sink(path, config_, layers_, seq->capacity(), &state);
   if (Status st = seqstate::ReadSequenceStateInto(env_, path, prepared_->manifest_hash, &sink);
       !st.ok()) {
     state.Reset();  // part of the state may be in the buffers: back to an empty sequence

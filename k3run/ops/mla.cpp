@@ -112,17 +112,15 @@ Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, M
   // 2. q̃[h][t] = W_UK[h]ᵀ·q_nope[t][h], reading kv_b_proj's rows h·(n+v) + [0, n) by columns
   // (kernels/transposed.h: the bits of MatMul over the transpose, with no copy of it); one
   // head per chunk, so each q̃ element is computed by one thread.
+  const int threads = std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H)));
   std::vector<float> qt = Buf(H * T * c);
-  kernels::ParallelChunks(std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H))), H,
-                          [&](int64_t h) {
-                            kernels::MatMulTransposedOnThisThread(
-                                RowSlice(w.kv_b_proj, h * (n + v), n), q.data() + h * qh, H * qh,
-                                T, qt.data() + h * T * c);
-                          });
+  kernels::ParallelChunks(threads, H, [&](int64_t h) {
+    kernels::MatMulTransposedOnThisThread(RowSlice(w.kv_b_proj, h * (n + v), n), q.data() + h * qh,
+                                          H * qh, T, qt.data() + h * T * c);
+  });
 
   // 3.–5. heads claimed one at a time by the compute threads, one score buffer per thread
   const float scale = 1.0f / std::sqrt(static_cast<float>(qh));
-  const int threads = std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H)));
   const int64_t len = p0 + T, width = cache->width;
   std::vector<float> score = Buf(threads * (len + width)), obar = Buf(H * T * c);
   std::vector<double> acc(static_cast<size_t>(threads * len));

@@ -178,11 +178,6 @@ void FrontDoor::Close(std::shared_ptr<GatedConnection> c) {
   open_.fetch_sub(1);
 }
 
-FrontDoorCounters FrontDoor::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
-}
-
 void FrontDoor::Loop() {
   while (!stop_.load()) {
     epoll_event events[64];
@@ -223,10 +218,6 @@ void FrontDoor::Accept() {
       if ((errno == EMFILE || errno == ENFILE) && EvictOldest()) continue;
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++counters_.accepted;
-    }
     if (open_.load() >= limits_.max_connections && !EvictOldest()) {
       (void)SendNow(fd, Response(503, handlers_.error_body(503, "too many connections: every one "
                                                            "of the server's " +
@@ -234,8 +225,6 @@ void FrontDoor::Accept() {
                                                            " has a request in progress; retry"),
                                  false));
       ::close(fd);
-      std::lock_guard<std::mutex> lock(mu_);
-      ++counters_.refused;
       continue;
     }
     open_.fetch_add(1);
@@ -293,10 +282,6 @@ void FrontDoor::Advance(int fd) {
       RequestHead h = ScanRequestHead(r.bytes, limits_.max_head_bytes, limits_.max_body_bytes);
       if (h.state == RequestHead::State::kIncomplete) return;
       if (h.state == RequestHead::State::kRefused) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++counters_.refused;
-        }
         return Answer(fd, h.status, h.reason);
       }
       // cpp-httplib reads the request line first: the empty lines before it go. An
@@ -320,10 +305,6 @@ void FrontDoor::Advance(int fd) {
     if (IsHealth(r.head)) {
       const auto [status, body] = handlers_.health();
       if (!SendNow(fd, Response(status, body, true))) return Drop(fd);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++counters_.health;
-      }
       r.bytes.erase(0, whole);
       r.head_done = false;
       r.since_ns = NowNs();
@@ -336,10 +317,6 @@ void FrontDoor::Advance(int fd) {
     c->bytes = std::move(r.bytes);
     c->request_bytes = whole;
     reading_[fd].reset();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++counters_.dispatched;
-    }
     handlers_.dispatch(this, std::move(c));
     return;
   }
@@ -355,10 +332,6 @@ void FrontDoor::Expire() {
     if (r.closing || (r.bytes.empty() && !r.head_done)) {
       Drop(fd);
       continue;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++counters_.timed_out;
     }
     char limit[32];
     std::snprintf(limit, sizeof limit, "%g s", r.head_done ? limits_.body_seconds
@@ -384,10 +357,6 @@ bool FrontDoor::EvictOldest() {
   if (reading_[oldest]->closing) {
     Drop(oldest);
     return true;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.evicted;
   }
   Answer(oldest, 503, "too many connections: this one waited longest for its request");
   return true;

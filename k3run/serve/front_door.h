@@ -13,7 +13,7 @@
 // evicts the connection here that has waited longest for its request (503), or, when every
 // connection is at a worker, is itself answered 503 and closed.
 //
-// Thread safety: Resume, Close, Stop and counters() may be called from any thread.
+// Thread safety: Resume, Close and Stop may be called from any thread.
 #pragma once
 
 #include <sys/types.h>
@@ -47,10 +47,6 @@ struct GatedConnection {
   size_t request_bytes = 0;  // the request's length in `bytes`
 };
 
-struct FrontDoorCounters {
-  uint64_t accepted = 0, dispatched = 0, health = 0, timed_out = 0, refused = 0, evicted = 0;
-};
-
 class FrontDoor {
  public:
   struct Handlers {
@@ -77,7 +73,6 @@ class FrontDoor {
   // Stops accepting, closes the listening socket and every connection here, joins the thread.
   // Connections at workers stay theirs (Resume then closes them).
   void Stop();
-  FrontDoorCounters counters() const;
 
  private:
   struct Reading;
@@ -101,10 +96,9 @@ class FrontDoor {
   std::atomic<int> open_{0};  // connections here or at a worker
   // Owned by the loop's thread: the connections reading here, by fd.
   std::vector<std::unique_ptr<Reading>> reading_;  // indexed by fd
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::vector<std::shared_ptr<GatedConnection>> resumed_;  // from workers, under mu_
   bool stopped_ = false;                                   // under mu_
-  FrontDoorCounters counters_;                             // under mu_
 };
 
 }  // namespace k3::run

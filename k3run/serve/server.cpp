@@ -17,7 +17,6 @@
 #include "k3run/serve/front_door.h"
 #include "k3run/serve/gated_http.h"
 #include "k3run/serve/openai_request.h"
-#include "k3run/serve/openai_response.h"
 #include "k3run/serve/server_context.h"
 #include "k3run/serve/server_routes.h"
 #include "k3run/engine/stop_rules.h"

@@ -132,17 +132,24 @@ std::optional<int> ServerProcess::WaitExit(double seconds) {
   return std::nullopt;
 }
 
-RawStream::RawStream(int port, const std::string& path, const std::string& body,
-                     const std::string& extra_headers) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+int ConnectLoopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ADD_FAILURE() << "connect failed";
-    return;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ADD_FAILURE() << "connect to 127.0.0.1:" << port << " failed";
+    ::close(fd);
+    return -1;
   }
+  return fd;
+}
+
+RawStream::RawStream(int port, const std::string& path, const std::string& body,
+                     const std::string& extra_headers) {
+  fd_ = ConnectLoopback(port);
+  if (fd_ < 0) return;
   const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                           "application/json\r\nContent-Length: " + std::to_string(body.size()) +
                           "\r\n" + extra_headers + "Connection: close\r\n\r\n" + body;

@@ -46,6 +46,9 @@ class ServerProcess {
   bool reaped_ = false;
 };
 
+// A TCP connection to 127.0.0.1:port (-1, and a test failure, when it cannot connect).
+int ConnectLoopback(int port);
+
 // A raw HTTP/1.1 POST whose response is read incrementally (a client that may leave mid-stream).
 class RawStream {
  public:

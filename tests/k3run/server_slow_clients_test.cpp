@@ -3,7 +3,6 @@
 // stop a completion from getting its CLI ids; a head or body that misses its deadline gets 408;
 // past --max-connections the connection that waited longest is closed with 503; the front
 // door's own refusals (411, 413, 431, 400); Expect: 100-continue; keep-alive and pipelining.
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,18 +40,7 @@ std::vector<std::string> Tiny(std::vector<std::string> extra = {}) {
 // A raw client connection to the server.
 class Conn {
  public:
-  explicit Conn(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ADD_FAILURE() << "connect failed";
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
+  explicit Conn(int port) : fd_(ConnectLoopback(port)) {}
   ~Conn() {
     if (fd_ >= 0) ::close(fd_);
   }

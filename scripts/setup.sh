@@ -12,6 +12,8 @@ packages=(
   clang libclang-rt-14-dev
   python3-torch python3-numpy python3-xxhash python3-jsonschema
   openmpi-bin libopenmpi-dev
+  libjpeg-dev libpng-dev python3-pil
+  chromium
 )
 # nodejs/npm (tokenizer parity test, the openai client test of the server): a machine may already carry a nodejs build that bundles
 # npm; Debian's npm package conflicts with it, so ask for them only when absent.

@@ -31,7 +31,10 @@ State State::Make(const ModelConfig& c, int layers, int64_t capacity) {
 
 void State::Reset() {
   for (ops::KdaState& k : kda) k.Reset();
-  for (ops::MlaCache& m : mla) m.len = 0;  // rows past len are never read
+  for (ops::MlaCache& m : mla) {  // rows past len are never read; their memory goes back
+    m.len = 0;
+    m.data.Release();
+  }
   pos = 0;
   invalid = false;
 }

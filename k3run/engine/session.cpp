@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/hash.h"
+#include "common/reserved_floats.h"
 #include "common/sysinfo.h"
 #include "k3run/kernels/matmul.h"
 
@@ -417,7 +418,8 @@ SequenceSnapshot Engine::Snapshot(const Sequence& seq) const {
     to.capacity = to.len = from.len;
     to.latent = from.latent;
     to.width = from.width;
-    to.data.assign(from.data.begin(), from.data.begin() + from.len * from.width);
+    to.data = ReservedFloats(static_cast<size_t>(from.len * from.width));
+    std::copy(from.data.begin(), from.data.begin() + from.len * from.width, to.data.data());
   }
   return snap;
 }
@@ -435,7 +437,7 @@ Status Engine::Restore(const SequenceSnapshot& snap, Sequence* seq) const {
   for (size_t L = 0; L < snap.state.mla.size(); ++L) {
     const ops::MlaCache& from = snap.state.mla[L];
     ops::MlaCache& to = seq->state_.mla[L];
-    std::copy(from.data.begin(), from.data.end(), to.data.begin());
+    std::copy(from.data.begin(), from.data.end(), to.data.data());
     to.len = from.len;
   }
   for (size_t L = 0; L < snap.state.kda.size(); ++L) {

@@ -88,7 +88,7 @@ MlaCache MlaCache::Make(const Dims& d, int64_t capacity) {
   c.capacity = capacity;
   c.latent = d.kv_lora;
   c.width = MlaCacheWidth(d);
-  c.data.assign(static_cast<size_t>(capacity * c.width), 0.0f);
+  c.data = ReservedFloats(static_cast<size_t>(capacity * c.width));
   return c;
 }
 

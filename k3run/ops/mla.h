@@ -33,17 +33,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/reserved_floats.h"
 #include "common/status.h"
 #include "k3run/ops/weights.h"
 
 namespace k3::ops {
 
+// The buffer is reserved for `capacity` positions but grows with the context: its pages are
+// committed as positions are written (common/reserved_floats.h), so a sequence costs
+// len × (c + r) × 4 bytes of RAM (rounded up to a page), not capacity × …; the memory plan
+// still checks the full reservation, so a sequence can always grow to its capacity.
 struct MlaCache {
   int64_t capacity = 0;  // positions the buffer holds
   int64_t len = 0;       // positions written (the next token's position)
   int64_t latent = 0;    // c = kv_lora
   int64_t width = 0;     // c + r floats per position
-  std::vector<float> data;  // [capacity][c + r]: latent ‖ k_rope
+  ReservedFloats data;   // [capacity][c + r]: latent ‖ k_rope; rows past len read as zeros
 
   static MlaCache Make(const Dims& d, int64_t capacity);
   const float* row(int64_t pos) const { return data.data() + pos * width; }

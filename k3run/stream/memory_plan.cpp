@@ -62,6 +62,7 @@ MemoryPlan PlanMemory(const ModelConfig& c, int layers, int64_t positions,
   for (int L = 0; L < layers; ++L) {
     if (c.is_mla(L)) {
       p.kv_cache_bytes += n * kv_row * uint64_t(positions);
+      p.kv_position_bytes += kv_row;
     } else {
       p.state_bytes += n * kda;
       ++kda_layers;
@@ -77,7 +78,7 @@ std::string MemoryPlan::Describe() const {
   const std::string seqs = sequences > 1 ? " (" + std::to_string(sequences) + " sequences)" : "";
   return "weights held " + FormatGb(weights_bytes) + " + latent caches " +
          FormatGb(kv_cache_bytes) + " for " + std::to_string(positions) +
-         " positions" + seqs + " + KDA states " + FormatGb(state_bytes) +
+         " positions" + seqs + GrowthNote() + " + KDA states " + FormatGb(state_bytes) +
          (record_bytes > 0 ? " + speculation records " + FormatGb(record_bytes) + " for " +
                                  std::to_string(spec_rows + 1) + "-row drafts"
                            : std::string()) +
@@ -85,6 +86,14 @@ std::string MemoryPlan::Describe() const {
          FormatGb(scratch_bytes) + " for passes of up to " + std::to_string(chunk) +
          " rows = " + FormatGb(total()) +
          (budget > 0 ? " of a " + FormatGb(budget) + " budget" : std::string());
+}
+
+std::string MemoryPlan::GrowthNote() const {
+  if (kv_position_bytes == 0) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (committed as the context grows: %.1f KB per position%s)",
+                double(kv_position_bytes) / 1e3, sequences > 1 ? " and sequence" : "");
+  return buf;
 }
 
 std::string FormatGb(uint64_t bytes) {

@@ -21,6 +21,9 @@ struct MemoryPlan {
   int64_t sequences = 1;        // sequences held at once (--max-seqs): caches and states each
   int64_t spec_rows = 0;        // draft rows a pass may verify per sequence (--spec)
   uint64_t kv_cache_bytes = 0;  // sequences × Σ MLA layers: positions × (kv_lora + qk_rope) × 4
+  uint64_t kv_position_bytes = 0;  // one position of one sequence over all MLA layers: the
+                                   // caches are reserved at kv_cache_bytes but grow by this much
+                                   // per position reached (ops/mla.h), so RAM follows the context
   uint64_t state_bytes = 0;     // sequences × Σ KDA layers: (H·D·D + 3·P·(K−1)) × 4
   uint64_t record_bytes = 0;    // speculation: per sequence and KDA layer, (spec_rows + 1) rows of
                                 // ops::KdaRecords, + one scratch copy of a KDA state
@@ -30,9 +33,10 @@ struct MemoryPlan {
   uint64_t total() const {
     return kv_cache_bytes + state_bytes + record_bytes + scratch_bytes + weights_bytes;
   }
-  // "weights held …, latent caches … for N positions, KDA states …, scratch … for chunks of R
-  // rows = total …", as the CLI prints it.
+  // "weights held …, latent caches … for N positions (grown as used: … per position), KDA
+  // states …, scratch … for chunks of R rows = total …", as the CLI prints it.
   std::string Describe() const;
+  std::string GrowthNote() const;  // "" without MLA layers
 };
 
 // For the first `layers` layers of `c`; `chunk` is the most rows one pass feeds, `threads` the

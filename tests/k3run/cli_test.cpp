@@ -205,8 +205,9 @@ TEST(K3runCli, MemoryPlanRefusalIsExit2WithNumbers) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(Has(r.stderr_text, "memory plan refused: weights held "))
       << r.stderr_text;
-  EXPECT_TRUE(Has(r.stderr_text, " for 6 positions + KDA states "))
+  EXPECT_TRUE(Has(r.stderr_text, " for 6 positions (committed as the context grows: "))
       << r.stderr_text;
+  EXPECT_TRUE(Has(r.stderr_text, " KB per position) + KDA states ")) << r.stderr_text;
   EXPECT_TRUE(Has(r.stderr_text, "MemAvailable 0.000 GB")) << r.stderr_text;
   EXPECT_TRUE(r.stdout_writes.empty());
 }

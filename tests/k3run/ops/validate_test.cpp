@@ -140,11 +140,11 @@ TEST(OpsRefusal, MlaCacheFullLeavesCacheUntouched) {
   const std::vector<float> x = m.Activations(4 * d.hidden);
   std::vector<float> y(x.size());
   ASSERT_TRUE(MlaLayer(w.mla, d, x.data(), 2, &cache, y.data()).ok());
-  const std::vector<float> kv_before = cache.data;
+  const std::vector<float> kv_before(cache.data.begin(), cache.data.end());
   EXPECT_INVALID_WITH(MlaLayer(w.mla, d, x.data(), 2, &cache, y.data()), "latent cache full",
                       "2 positions cached + 2 new > capacity 3");
   EXPECT_EQ(cache.len, 2);
-  EXPECT_EQ(cache.data, kv_before);
+  EXPECT_EQ(std::vector<float>(cache.data.begin(), cache.data.end()), kv_before);
 }
 
 TEST(OpsRefusal, SnapshotStackFull) {

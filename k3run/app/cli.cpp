@@ -814,6 +814,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   } else if (o.mpi_timeout != 300) {
     return Status::Invalid("--mpi-timeout needs --mpi");
   }
+  if (o.serve.web && !o.serve.serve) return Status::Invalid("--web needs --serve");
   if (o.serve.serve) return Serve(o, io, env, isa, lines, scale_out.get());
   if (o.batch) return RunBatchMode(o, io, env, isa, out, lines, scale_out.get());
   if (o.max_seqs) return Status::Invalid("--max-seqs needs --batch or --serve");
@@ -1104,6 +1105,7 @@ void AddServeFlags(CLI::App* app, ServeOptions* o) {
                   "--serve: requests that may wait for a free sequence; past it: 429")
       ->check(InRange(0, 4096))
       ->capture_default_str();
+  app->add_flag("--web", o->web, "--serve: a chat page at / (docs/SERVER.md \"Web chat page\")");
   app->add_option("--api-key-file", o->api_key_file,
                   "--serve: require 'Authorization: Bearer KEY' with the key in this file");
   app->add_option("--prompt-cache-gb", o->prompt_cache_gb,

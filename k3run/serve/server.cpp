@@ -160,6 +160,7 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
   ctx.context = engine->memory_plan().positions;
   ctx.max_seqs = max_seqs;
   ctx.max_queue = o.queue;
+  ctx.web = o.web;
   ctx.created = static_cast<int64_t>(std::time(nullptr));
   K3_ASSIGN_OR_RETURN(ctx.api_key, ReadApiKey(Env::Default(), o.api_key_file));
 

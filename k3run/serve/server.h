@@ -31,6 +31,7 @@ struct ServeOptions {
   int64_t queue = 16;                 // --queue: requests that may wait for a slot
   std::string api_key_file;           // --api-key-file
   double prompt_cache_gb = 0;         // --prompt-cache-gb (0: off)
+  bool web = false;                   // --web: the chat page at / (web_page.h)
   // --header-timeout, --body-timeout, --max-connections; bodies up to kMaxBodyBytes.
   FrontDoorLimits limits = [] {
     FrontDoorLimits l;

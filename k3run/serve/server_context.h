@@ -39,6 +39,7 @@ struct ServerContext {
   int64_t max_seqs = 1;
   int64_t max_queue = 0;
   std::string api_key;     // "": no key required
+  bool web = false;        // --web: GET / serves the chat page
   int64_t created = 0;     // Unix seconds at start (/v1/models)
 
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};

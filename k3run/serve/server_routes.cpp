@@ -6,6 +6,7 @@
 #include "k3run/serve/openai_response.h"
 #include "k3run/serve/server_job.h"
 #include "k3run/serve/structured_output.h"
+#include "k3run/serve/web_page.h"
 
 namespace k3::run {
 namespace {
@@ -104,6 +105,8 @@ void RegisterRoutes(httplib::Server& svr, ServerContext& ctx) {
     return httplib::Server::HandlerResponse::Handled;
   });
   // GET /health never reaches a worker: the front door answers it (HealthReply).
+  // --web: the chat page at / (no key: it holds no data; it sends the key itself).
+  if (ctx.web) RegisterWebPage(svr);
   svr.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     res.set_content(ModelsBody(ctx.model, ctx.created), "application/json");
   });

@@ -1,5 +1,6 @@
 // The HTTP surface of `k3run --serve` (docs/SERVER.md): /v1/models, /metrics,
-// /v1/chat/completions, /v1/completions on the workers; /health in the front door
+// /v1/chat/completions, /v1/completions and, with --web, the chat page (web_page.h) on the
+// workers; /health in the front door
 // (front_door.h); the bearer key check; OpenAI error bodies for every status cpp-httplib or the
 // front door decides itself (404 no route, 408/411/413/431/503 from the front door, 500).
 // Thread safety: handlers run on the workers; everything they share is ServerContext.

@@ -427,6 +427,7 @@ TEST(ServeFlags, RefusedWithExit2NamingTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--serve", "--ids", "1,2", "--no-floor"}, "--serve cannot be used with a prompt"},
       {{"--ids", "1,2", "--max-seqs", "2"}, "--max-seqs needs --batch or --serve"},
+      {{"--web", "--ids", "1,2"}, "--web needs --serve"},
       {{"--serve", "--port", "0", "--ctx", "64", "--no-floor", "--api-key-file",
         "/nonexistent/key"},
        "--api-key-file"},

@@ -18,10 +18,12 @@ K3RUN_BELOW = {
     'stream': {'kernels', 'ops', 'weights'},
     'text': set(),
     'grammar': set(),
-    'engine': {'kernels', 'ops', 'weights', 'stream', 'text', 'grammar'},
-    'serve': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar'},
-    'mpi': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar'},
-    'app': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'serve', 'mpi'},
+    'vision': {'kernels', 'ops'},
+    'engine': {'kernels', 'ops', 'weights', 'stream', 'text', 'grammar', 'vision'},
+    'serve': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'vision'},
+    'mpi': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'vision'},
+    'app': {'kernels', 'ops', 'weights', 'stream', 'engine', 'text', 'grammar', 'serve', 'mpi',
+            'vision'},
 }
 TOP_BELOW = {
     'common': set(),

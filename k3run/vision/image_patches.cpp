@@ -1,6 +1,7 @@
 // Padding, normalisation and patchify (image_patches.h).
 #include "k3run/vision/image_patches.h"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <new>
@@ -20,25 +21,30 @@ ImagePatches PatchifyRgb(const NavitGrid& grid, const std::vector<uint8_t>& rgb)
   assert(rgb.size() == size_t{grid.resized_width} * grid.resized_height * 3);
   std::array<float, 256> lut{};
   for (size_t v = 0; v < lut.size(); ++v) lut[v] = NormalizePixel(static_cast<uint8_t>(v));
-  const float pad = lut[0];
 
   ImagePatches out;
   out.grid = grid;
   out.patches.resize(size_t{grid.grid_h} * grid.grid_w * kPatchFloats);
   const size_t p = kPatchSize;
-  for (size_t gy = 0; gy < grid.grid_h; ++gy) {
+  const size_t width = grid.resized_width;
+  // One padded image row at a time: its 14-pixel spans go to row y of each patch in the grid
+  // row, channel by channel; pixels right of and below the image are the padding value.
+  std::vector<float> row(size_t{grid.padded_width} * 3, lut[0]);
+  for (size_t iy = 0; iy < grid.padded_height; ++iy) {
+    const size_t gy = iy / p, y = iy % p;
+    if (iy < grid.resized_height) {
+      const uint8_t* src = &rgb[iy * width * 3];
+      for (size_t c = 0; c < 3; ++c) {
+        float* plane = &row[c * grid.padded_width];
+        for (size_t ix = 0; ix < width; ++ix) plane[ix] = lut[src[ix * 3 + c]];
+      }
+    } else if (iy == grid.resized_height) {
+      std::fill(row.begin(), row.end(), lut[0]);
+    }
     for (size_t gx = 0; gx < grid.grid_w; ++gx) {
       float* patch = &out.patches[(gy * grid.grid_w + gx) * kPatchFloats];
-      for (size_t y = 0; y < p; ++y) {
-        const size_t iy = gy * p + y;
-        for (size_t x = 0; x < p; ++x) {
-          const size_t ix = gx * p + x;
-          const bool inside = iy < grid.resized_height && ix < grid.resized_width;
-          const uint8_t* px = inside ? &rgb[(iy * grid.resized_width + ix) * 3] : nullptr;
-          for (size_t c = 0; c < 3; ++c) {
-            patch[(c * p + y) * p + x] = inside ? lut[px[c]] : pad;
-          }
-        }
+      for (size_t c = 0; c < 3; ++c) {
+        std::copy_n(&row[c * grid.padded_width + gx * p], p, &patch[(c * p + y) * p]);
       }
     }
   }

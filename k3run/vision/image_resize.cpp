@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace k3::vision {
 
@@ -105,6 +106,64 @@ inline uint8_t Clip8(int32_t ss) {
 
 }  // namespace
 
+namespace {
+
+// One row of the horizontal pass, CH channels interleaved (a template so that the channel loop
+// unrolls). Integer sums: the order of the taps cannot change a result.
+template <size_t CH>
+void HorizontalRow(const uint8_t* in_row, const Taps& th, uint32_t out_w, uint8_t* out_row) {
+  const size_t ks = static_cast<size_t>(th.ksize);
+  for (uint32_t xx = 0; xx < out_w; ++xx) {
+    const uint8_t* p = in_row + static_cast<size_t>(th.bounds[2 * xx]) * CH;
+    const int xmax = th.bounds[2 * xx + 1];
+    const int32_t* k = &th.k[xx * ks];
+    int32_t ss[CH];
+    for (size_t c = 0; c < CH; ++c) ss[c] = 1 << (kPrecisionBits - 1);
+    for (int x = 0; x < xmax; ++x) {
+      for (size_t c = 0; c < CH; ++c) {
+        ss[c] += static_cast<int32_t>(p[static_cast<size_t>(x) * CH + c]) * k[x];
+      }
+    }
+    for (size_t c = 0; c < CH; ++c) out_row[xx * CH + c] = Clip8(ss[c]);
+  }
+}
+
+void HorizontalPass(const uint8_t* src, uint32_t w, size_t first_row, size_t rows, size_t ch,
+                    const Taps& th, uint32_t out_w, uint8_t* out) {
+  for (size_t y = 0; y < rows; ++y) {
+    const uint8_t* in_row = src + (y + first_row) * w * ch;
+    uint8_t* out_row = out + y * out_w * ch;
+    switch (ch) {
+      case 3: HorizontalRow<3>(in_row, th, out_w, out_row); break;
+      case 4: HorizontalRow<4>(in_row, th, out_w, out_row); break;
+      default: HorizontalRow<1>(in_row, th, out_w, out_row); break;
+    }
+  }
+}
+
+// The vertical pass, one output row at a time: the taps' rows are summed into a row of int32
+// (vectorisable; integer sums, so the same bits as Pillow's per-pixel loop).
+void VerticalPass(const uint8_t* in, size_t row_bytes, const Taps& tv, uint32_t out_h,
+                  uint8_t* dst) {
+  const size_t ks = static_cast<size_t>(tv.ksize);
+  std::vector<int32_t> acc(row_bytes);
+  for (uint32_t yy = 0; yy < out_h; ++yy) {
+    const size_t ymin = static_cast<size_t>(tv.bounds[2 * yy]);
+    const int ymax = tv.bounds[2 * yy + 1];
+    const int32_t* k = &tv.k[yy * ks];
+    std::fill(acc.begin(), acc.end(), int32_t{1} << (kPrecisionBits - 1));
+    for (int y = 0; y < ymax; ++y) {
+      const uint8_t* row = in + (ymin + static_cast<size_t>(y)) * row_bytes;
+      const int32_t ky = k[y];
+      for (size_t i = 0; i < row_bytes; ++i) acc[i] += static_cast<int32_t>(row[i]) * ky;
+    }
+    uint8_t* out_row = dst + size_t{yy} * row_bytes;
+    for (size_t i = 0; i < row_bytes; ++i) out_row[i] = Clip8(acc[i]);
+  }
+}
+
+}  // namespace
+
 void ResizeBicubic8(const uint8_t* src, uint32_t w, uint32_t h, int channels, uint8_t* dst,
                     uint32_t out_w, uint32_t out_h) {
   const size_t ch = static_cast<size_t>(channels);
@@ -119,57 +178,19 @@ void ResizeBicubic8(const uint8_t* src, uint32_t w, uint32_t h, int channels, ui
   // Rows of the source the vertical pass reads (ImagingResampleInner's ybox).
   const int ybox_first = tv.bounds[0];
   const int ybox_last = tv.bounds[2 * (out_h - 1)] + tv.bounds[2 * (out_h - 1) + 1];
-
-  const uint8_t* vin = src;  // input of the vertical pass
-  uint32_t vin_w = w;
-  std::vector<uint8_t> temp;
-  if (need_h) {
-    for (uint32_t i = 0; i < out_h; ++i) tv.bounds[2 * i] -= ybox_first;
-    const size_t rows = static_cast<size_t>(ybox_last - ybox_first);
-    uint8_t* out = dst;
-    if (need_v) {
-      temp.resize(rows * out_w * ch);
-      out = temp.data();
-    }
-    const size_t ks = static_cast<size_t>(th.ksize);
-    for (size_t y = 0; y < rows; ++y) {
-      const uint8_t* in_row = src + (y + static_cast<size_t>(ybox_first)) * w * ch;
-      uint8_t* out_row = out + y * out_w * ch;
-      for (uint32_t xx = 0; xx < out_w; ++xx) {
-        const size_t xmin = static_cast<size_t>(th.bounds[2 * xx]);
-        const int xmax = th.bounds[2 * xx + 1];
-        const int32_t* k = &th.k[xx * ks];
-        for (size_t c = 0; c < ch; ++c) {
-          int32_t ss = 1 << (kPrecisionBits - 1);
-          const uint8_t* p = in_row + xmin * ch + c;
-          for (int x = 0; x < xmax; ++x) {
-            ss += static_cast<int32_t>(p[static_cast<size_t>(x) * ch]) * k[x];
-          }
-          out_row[xx * ch + c] = Clip8(ss);
-        }
-      }
-    }
-    if (!need_v) return;
-    vin = temp.data();
-    vin_w = out_w;
+  if (!need_v) {
+    HorizontalPass(src, w, 0, h, ch, th, out_w, dst);
+    return;
   }
-  // Vertical pass: out_w == vin_w here.
-  const size_t ks = static_cast<size_t>(tv.ksize);
-  const size_t row_bytes = size_t{vin_w} * ch;
-  for (uint32_t yy = 0; yy < out_h; ++yy) {
-    const size_t ymin = static_cast<size_t>(tv.bounds[2 * yy]);
-    const int ymax = tv.bounds[2 * yy + 1];
-    const int32_t* k = &tv.k[yy * ks];
-    uint8_t* out_row = dst + size_t{yy} * row_bytes;
-    for (size_t i = 0; i < row_bytes; ++i) {
-      int32_t ss = 1 << (kPrecisionBits - 1);
-      const uint8_t* p = vin + ymin * row_bytes + i;
-      for (int y = 0; y < ymax; ++y) {
-        ss += static_cast<int32_t>(p[static_cast<size_t>(y) * row_bytes]) * k[y];
-      }
-      out_row[i] = Clip8(ss);
-    }
+  if (!need_h) {
+    VerticalPass(src, size_t{w} * ch, tv, out_h, dst);
+    return;
   }
+  for (uint32_t i = 0; i < out_h; ++i) tv.bounds[2 * i] -= ybox_first;
+  const size_t rows = static_cast<size_t>(ybox_last - ybox_first);
+  std::vector<uint8_t> temp(rows * out_w * ch);
+  HorizontalPass(src, w, static_cast<size_t>(ybox_first), rows, ch, th, out_w, temp.data());
+  VerticalPass(temp.data(), size_t{out_w} * ch, tv, out_h, dst);
 }
 
 void ResizeNearest8(const uint8_t* src, uint32_t w, uint32_t h, int channels, uint8_t* dst,

@@ -188,6 +188,10 @@ def write_large(d):
     bits = (np.mgrid[0:20, 0:7200][1] // 3 + np.mgrid[0:20, 0:7200][0] // 4) % 2 == 0
     Image.fromarray(bits).save(f"{d}/big_bilevel_7200x20.png")
     Image.fromarray(pattern(25, 7500, 28)).save(f"{d}/big_rgb_7500x25.jpg", quality=90)
+    # One pass only: a 1-pixel side stays 1 (horizontal only, then vertical only).
+    Image.fromarray(pattern(1, 7300, 30)).save(f"{d}/big_rgb_7300x1.png")
+    Image.fromarray(np.dstack([pattern(7300, 1, 31), alpha_plane(7300, 1)]), "RGBA").save(
+        f"{d}/big_rgba_1x7300.png")
     # Over the 65,536-patch limit: (5000 // 14) * (3000 // 14) = 76,398 patches.
     tile = pattern(300, 500, 29)
     Image.fromarray(np.tile(tile, (10, 10, 1))).save(f"{d}/big_rgb_5000x3000.jpg", quality=85)

@@ -36,11 +36,13 @@ const char* const kCommitted[] = {
     "exif_rot6_40x16.jpg", "bilevel_40x20.png",   "rgb16_20x15.png",
 };
 // Written by `image_ref.py large`: every one is downsized (sides over 7,168, or more than
-// 65,536 patches for the 5000x3000 JPEG), one per resize path.
+// 65,536 patches for the 5000x3000 JPEG), one per resize path (the 1-pixel sides run only the
+// horizontal or only the vertical pass).
 const char* const kLarge[] = {
     "big_rgba_7300x40.png",      "big_palette_7200x30.png", "big_gray_30x7400.png",
     "big_la_7250x20.png",        "big_cmyk_7300x16.jpg",    "big_gray_trns_7200x20.png",
     "big_bilevel_7200x20.png",   "big_rgb_7500x25.jpg",     "big_rgb_5000x3000.jpg",
+    "big_rgb_7300x1.png",        "big_rgba_1x7300.png",
 };
 
 bool HavePillow() {

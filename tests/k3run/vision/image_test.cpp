@@ -207,7 +207,7 @@ TEST(ImagePreprocess, NormalizeMatchesNumpy) {
   ASSERT_TRUE(RunScript("norm '" + dir.Join("norm.f32") + "'"));
   const std::string ref = test::ReadWholeFile(dir.Join("norm.f32"));
   ASSERT_EQ(ref.size(), 256 * sizeof(float));
-  for (int v = 0; v < 256; ++v) {
+  for (size_t v = 0; v < 256; ++v) {
     float r;
     std::memcpy(&r, ref.data() + v * sizeof(float), sizeof r);
     EXPECT_EQ(NormalizePixel(static_cast<uint8_t>(v)), r) << "v=" << v;  // bit-identical

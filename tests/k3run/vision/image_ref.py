@@ -148,27 +148,48 @@ def write_small(d):
     # 16-bit: RGB through Pillow's RGB;16B (high byte); gray is a documented deviation.
     wide = pattern(15, 20, 14).astype(np.uint16) * 257 + 3
     write_png16(f"{d}/rgb16_20x15.png", wide, color_type=2)
+    write_gray4(f"{d}/gray4_trns_24x10.png", 10, 24, 0)
+    Image.fromarray(pattern(24, 40, 16)).save(f"{d}/progressive_40x24.jpg", quality=90,
+                                              progressive=True)
     g16 = pattern(15, 20, 15, 1)[:, :, 0].astype(np.uint16) * 256 + 0xAB
     write_png16(f"{d}/gray16_20x15.png", g16, color_type=0)
     Image.fromarray((g16 >> 8).astype(np.uint8), "L").save(f"{d}/gray16_hi_20x15.png")
 
 
-def write_png16(path, samples, color_type):
-    """A 16-bit PNG written by hand (Pillow writes 16-bit RGB only as 8-bit)."""
+def png_chunk(tag, body):
     import struct
     import zlib
 
-    h, w = samples.shape[:2]
-    raw = b"".join(b"\0" + samples[y].astype(">u2").tobytes() for y in range(h))
+    return struct.pack(">I", len(body)) + tag + body + struct.pack(
+        ">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
 
-    def chunk(tag, body):
-        return struct.pack(">I", len(body)) + tag + body + struct.pack(
-            ">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
 
-    ihdr = struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0)
+def write_png(path, w, h, depth, color_type, rows, extra=b""):
+    """A PNG written by hand from packed scanlines (for kinds Pillow does not write)."""
+    import struct
+    import zlib
+
+    raw = b"".join(b"\0" + row for row in rows)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, 0)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
-                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+        f.write(b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + extra +
+                png_chunk(b"IDAT", zlib.compress(raw, 9)) + png_chunk(b"IEND", b""))
+
+
+def write_png16(path, samples, color_type):
+    """A 16-bit PNG (Pillow writes 16-bit RGB only as 8-bit)."""
+    h, w = samples.shape[:2]
+    write_png(path, w, h, 16, color_type, [samples[y].astype(">u2").tobytes() for y in range(h)])
+
+
+def write_gray4(path, h, w, key):
+    """A 4-bit gray PNG with a tRNS key (Pillow compares the raw key with the scaled values)."""
+    import struct
+
+    v = ((np.mgrid[0:h, 0:w][1] // 2 + np.mgrid[0:h, 0:w][0]) % 16).astype(np.uint8)
+    rows = [bytes((v[y, 2 * i] << 4) | (v[y, 2 * i + 1] if 2 * i + 1 < w else 0)
+                  for i in range((w + 1) // 2)) for y in range(h)]
+    write_png(path, w, h, 4, 0, rows, png_chunk(b"tRNS", struct.pack(">H", key)))
 
 
 def write_large(d):
@@ -188,6 +209,7 @@ def write_large(d):
     bits = (np.mgrid[0:20, 0:7200][1] // 3 + np.mgrid[0:20, 0:7200][0] // 4) % 2 == 0
     Image.fromarray(bits).save(f"{d}/big_bilevel_7200x20.png")
     Image.fromarray(pattern(25, 7500, 28)).save(f"{d}/big_rgb_7500x25.jpg", quality=90)
+    write_gray4(f"{d}/big_gray4_trns_7210x12.png", 12, 7210, 5)
     # One pass only: a 1-pixel side stays 1 (horizontal only, then vertical only).
     Image.fromarray(pattern(1, 7300, 30)).save(f"{d}/big_rgb_7300x1.png")
     Image.fromarray(np.dstack([pattern(7300, 1, 31), alpha_plane(7300, 1)]), "RGBA").save(

@@ -33,7 +33,8 @@ const char* const kCommitted[] = {
     "rgba_61x47.png",      "gray_45x33.png",      "palette_trns_50x37.png", "palette_40x30.png",
     "rgb_30x17.jpg",       "gray_30x17.jpg",      "cmyk_24x20.jpg",         "la_33x21.png",
     "gray_trns_20x20.png", "rgb_30x17.png",       "rgb_1x1.png",            "interlaced_23x19.png",
-    "exif_rot6_40x16.jpg", "bilevel_40x20.png",   "rgb16_20x15.png",
+    "exif_rot6_40x16.jpg", "bilevel_40x20.png",   "rgb16_20x15.png",        "gray4_trns_24x10.png",
+    "progressive_40x24.jpg",
 };
 // Written by `image_ref.py large`: every one is downsized (sides over 7,168, or more than
 // 65,536 patches for the 5000x3000 JPEG), one per resize path (the 1-pixel sides run only the
@@ -42,7 +43,7 @@ const char* const kLarge[] = {
     "big_rgba_7300x40.png",      "big_palette_7200x30.png", "big_gray_30x7400.png",
     "big_la_7250x20.png",        "big_cmyk_7300x16.jpg",    "big_gray_trns_7200x20.png",
     "big_bilevel_7200x20.png",   "big_rgb_7500x25.jpg",     "big_rgb_5000x3000.jpg",
-    "big_rgb_7300x1.png",        "big_rgba_1x7300.png",
+    "big_rgb_7300x1.png",        "big_rgba_1x7300.png",     "big_gray4_trns_7210x12.png",
 };
 
 bool HavePillow() {

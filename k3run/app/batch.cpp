@@ -41,17 +41,30 @@ Status CheckBatchFlags(const RunOptions& o) {
                       : !o.save_state.empty()  ? "--save-state"
                       : !o.load_state.empty()  ? "--load-state"
                       : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
-                      : o.spec > 0             ? "--spec"
+                      : !o.spec_oracle.empty() ? "--spec-oracle (one continuation: a prompt run's)"
                                                : nullptr;
   if (other != nullptr) {
     return Status::Invalid(std::string("--batch and ") + other + " cannot be combined: the "
                            "requests come from the --batch file");
   }
   if (o.gen < 0) return Status::Invalid("--gen " + std::to_string(o.gen) + ": must be >= 0");
+  // Sampled or constrained lines decode without drafts (scheduler.h), so only the range applies.
+  K3_RETURN_IF_ERROR(CheckSpec(o.spec, /*sampling=*/false));
+  if (o.spec == 0 && o.spec_fixed) return Status::Invalid("--spec-fixed needs --spec N");
   return ValidateSamplerOptions(o.sampling);
 }
 
 std::string BatchInputName(const std::string& file) { return file == "-" ? "<stdin>" : file; }
+
+Status CheckBatchInputs(const RunOptions& o, const std::vector<BatchInput>& inputs) {
+  for (const BatchInput& in : inputs) {
+    if (o.spec == 0 && !in.spec_oracle.empty()) {
+      return Status::Invalid(BatchInputName(*o.batch) + ":" + std::to_string(in.line) +
+                             ": \"spec_oracle\" needs --spec N");
+    }
+  }
+  return Status::Ok();
+}
 
 Result<int64_t> BatchPositions(const RunOptions& o, const std::vector<BatchInput>& inputs) {
   int64_t need = 1;
@@ -173,19 +186,31 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
                             : 0.0;
   const double floor_s = st.decode_io_busy_seconds * needed;
   const double dpasses = static_cast<double>(std::max<int64_t>(st.decode_passes, 1));
-  const double drows = static_cast<double>(std::max<int64_t>(st.decode_rows, 1));
+  const double dtokens = static_cast<double>(std::max<int64_t>(st.decode_tokens, 1));
   r["decode"] = {
       {"passes", st.decode_passes},
       {"rows_per_pass", static_cast<double>(st.decode_rows) / dpasses},
-      {"bytes_per_token", static_cast<double>(st.decode_bytes) / drows},
+      {"tokens_per_pass", static_cast<double>(st.decode_tokens) / dpasses},
+      {"bytes_per_token", static_cast<double>(st.decode_bytes) / dtokens},
       {"seconds_per_pass", st.decode_seconds / dpasses},
-      {"tokens_per_s", st.decode_seconds > 0 ? json(static_cast<double>(st.decode_rows) /
+      {"tokens_per_s", st.decode_seconds > 0 ? json(static_cast<double>(st.decode_tokens) /
                                                     st.decode_seconds)
                                              : json(nullptr)},
       {"own_rate_floor_seconds", floor_s},
       {"time_over_own_rate_floor", floor_s > 0 ? json(st.decode_seconds / floor_s)
                                                : json(nullptr)}};
   r["tokens_per_second"] = t.seconds > 0 ? static_cast<double>(st.generated) / t.seconds : 0.0;
+  if (o.spec > 0) {
+    // As a prompt run's "speculation" (report.cpp SpeculationJson), over every sequence.
+    r["speculation"] = {
+        {"spec", o.spec},
+        {"verifications", st.spec_verifications},
+        {"drafted", st.spec_drafted},
+        {"accepted", st.spec_accepted},
+        {"acceptance", st.spec_drafted > 0 ? json(static_cast<double>(st.spec_accepted) /
+                                                  static_cast<double>(st.spec_drafted))
+                                           : json(nullptr)}};
+  }
   r["idle_between_passes"] = {{"gaps", st.idle_gaps},
                               {"seconds", st.idle_seconds},
                               {"median_seconds", st.idle_median_seconds},
@@ -204,6 +229,11 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
                     {"first_token_seconds", res.first_token_seconds},
                     {"seconds", res.seconds},
                     {"stop_reason", StopReasonOf(m, o, interrupted)}});
+    if (o.spec > 0) {
+      seqs.back()["speculation"] = {{"decode_passes", res.spec.passes},
+                                    {"drafted", res.spec.drafted},
+                                    {"accepted", res.spec.accepted}};
+    }
     prompt_tokens += res.prompt_tokens;
     sum_generated += static_cast<int64_t>(res.generated.size());
     sum_passes += res.passes;
@@ -216,7 +246,7 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
   return r.dump(2) + "\n";
 }
 
-std::string SummaryLine(const Totals& t, size_t inputs) {
+std::string SummaryLine(const Totals& t, size_t inputs, int64_t spec) {
   const SchedulerStats& st = t.stats;
   const double passes = static_cast<double>(std::max<int64_t>(st.passes, 1));
   char line[320];
@@ -232,7 +262,14 @@ std::string SummaryLine(const Totals& t, size_t inputs) {
                                        static_cast<double>(st.generated)
                                  : 0.0,
                 t.seconds);
-  return line;
+  std::string out = line;
+  if (spec > 0) {
+    std::snprintf(line, sizeof line, "; spec %lld: %lld of %lld drafted kept",
+                  static_cast<long long>(spec), static_cast<long long>(st.spec_accepted),
+                  static_cast<long long>(st.spec_drafted));
+    out += line;
+  }
+  return out;
 }
 
 // The request of one member: the single run's stop ids, its sampler seeded S + index, and the
@@ -248,6 +285,7 @@ Request MakeRequest(Engine* engine, const RunOptions& o, const BatchContext& ctx
   r.sampling = o.sampling;
   r.seed = ctx.seed + static_cast<uint64_t>(m->index);
   r.stop_ids = stop_ids;
+  if (!m->in->spec_oracle.empty()) r.drafter = ContinuationDrafter(m->in->spec_oracle);
   r.on_token = [m, &o, ctx, tokenizer, vocab](int32_t token, const float* logits) {
     if (!o.dump_logits.empty() && (o.dump_all || m->steps == 0) && m->dump_status.ok()) {
       if (!m->dump) {
@@ -311,6 +349,13 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
   std::vector<Member> members(inputs.size());
   SchedulerOptions so;
   so.max_seqs = BatchSequences(*engine, o, inputs.size());
+  so.spec = o.spec;
+  so.spec_fixed = o.spec_fixed;
+  if (ctx.lines && o.spec > 0 && (o.sampling.sampling() || ctx.make_constraint)) {
+    LogWarn(std::string("--spec: ") + (o.sampling.sampling() ? "sampled" : "constrained") +
+            " requests decode without drafts (as a prompt run refuses --spec for them); the "
+            "ids are those of a run without --spec");
+  }
   Totals t;
   t.max_seqs = so.max_seqs;
   t.pass_rows = engine->chunk();
@@ -368,7 +413,7 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
     K3_RETURN_IF_ERROR(WriteFileAtomic(ctx.env, o.out,
                                        ReportJson(*engine, o, ctx, members, t, interrupted)));
   }
-  if (ctx.lines) LogInfo(SummaryLine(t, inputs.size()));
+  if (ctx.lines) LogInfo(SummaryLine(t, inputs.size(), so.spec));
   return Verdict(*engine, members);
 }
 

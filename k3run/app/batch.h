@@ -20,8 +20,14 @@
 // line on stderr.
 // --max-seqs N: sequences held at once (default: as many as the memory plan fits, at most
 // kDefaultMaxSeqs, never more than the inputs); the plan holds each one's caches and states, so
-// a --max-seqs that does not fit is refused (exit 2). --spec is for prompt runs only. Exit codes as a single run; 4 (RUN INVALID) when an expert read failed, after
-// every line is written.
+// a --max-seqs that does not fit is refused (exit 2).
+// --spec N [--spec-fixed]: greedy lines speculate in the shared passes (scheduler.h), each with
+// exactly the ids of the batch without --spec; sampled lines and lines under --grammar or
+// --json-schema decode without drafts (a warning says so). The report adds "speculation"
+// (verifications, drafted, accepted) and each sequence's. --spec-oracle is a prompt run's; a
+// line's "spec_oracle" (batch_input.h) is the batch's diagnostic equivalent.
+// Exit codes as a single run; 4 (RUN INVALID) when an expert read failed, after every line is
+// written.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,8 @@ void AddBatchFlags(CLI::App* app, RunOptions* o);
 Status CheckBatchFlags(const RunOptions& o);
 // "<stdin>" for -, else FILE as given: the name in every message about the input.
 std::string BatchInputName(const std::string& file);
+// What the inputs ask of the flags: a line's "spec_oracle" needs --spec (exit 2 naming FILE:LINE).
+Status CheckBatchInputs(const RunOptions& o, const std::vector<BatchInput>& inputs);
 // Positions per sequence: the most any input needs (prompt + gen − 1); --ctx may reserve more,
 // never less (kInvalid naming the line that does not fit).
 Result<int64_t> BatchPositions(const RunOptions& o, const std::vector<BatchInput>& inputs);

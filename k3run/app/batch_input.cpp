@@ -18,21 +18,23 @@ bool Blank(std::string_view s) {
   return s.find_first_not_of(" \t\r") == std::string_view::npos;
 }
 
+// The ids of `key` ("ids", "spec_oracle").
 Result<std::vector<int32_t>> ParseIds(const json& ids, const std::string& name, int64_t line,
-                                      int64_t vocab) {
-  if (!ids.is_array()) return Bad(name, line, "\"ids\" must be an array of token ids");
-  if (ids.empty()) return Bad(name, line, "\"ids\" is empty: give at least one token id");
+                                      int64_t vocab, const std::string& key = "ids") {
+  const std::string k = "\"" + key + "\"";
+  if (!ids.is_array()) return Bad(name, line, k + " must be an array of token ids");
+  if (ids.empty()) return Bad(name, line, k + " is empty: give at least one token id");
   std::vector<int32_t> out;
   for (size_t i = 0; i < ids.size(); ++i) {
     const json& v = ids[i];
     // is_number_integer excludes 1.0 and true: an id is written as an integer.
     if (!v.is_number_integer()) {
-      return Bad(name, line, "\"ids\" item " + std::to_string(i + 1) + " (" + v.dump() +
+      return Bad(name, line, k + " item " + std::to_string(i + 1) + " (" + v.dump() +
                                  ") is not an integer token id");
     }
     const bool negative = v.is_number_unsigned() ? false : v.get<int64_t>() < 0;
     if (negative || v.get<uint64_t>() >= static_cast<uint64_t>(vocab)) {
-      return Bad(name, line, "\"ids\" item " + std::to_string(i + 1) + " (" + v.dump() +
+      return Bad(name, line, k + " item " + std::to_string(i + 1) + " (" + v.dump() +
                                  ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
     out.push_back(static_cast<int32_t>(v.get<int64_t>()));
@@ -59,9 +61,9 @@ Result<BatchInput> ParseLine(std::string_view text, const std::string& name, int
   if (!j.is_object()) return Bad(name, line, "each line must be a JSON object, not " +
                                                  std::string(j.type_name()));
   for (const auto& [key, value] : j.items()) {
-    if (key != "prompt" && key != "ids" && key != "gen") {
+    if (key != "prompt" && key != "ids" && key != "gen" && key != "spec_oracle") {
       return Bad(name, line, "unknown key \"" + key + "\" (the keys are \"prompt\" or \"ids\", "
-                             "and optionally \"gen\")");
+                             "and optionally \"gen\" and \"spec_oracle\")");
     }
   }
   const bool has_prompt = j.contains("prompt"), has_ids = j.contains("ids");
@@ -85,6 +87,10 @@ Result<BatchInput> ParseLine(std::string_view text, const std::string& name, int
   }
   if (j.contains("gen")) {
     K3_ASSIGN_OR_RETURN(in.gen, ParseGen(j["gen"], name, line));
+  }
+  if (j.contains("spec_oracle")) {
+    K3_ASSIGN_OR_RETURN(in.spec_oracle, ParseIds(j["spec_oracle"], name, line, vocab,
+                                                 "spec_oracle"));
   }
   const auto P = static_cast<int64_t>(in.ids.size());
   if (P > kMaxPositions || in.gen > kMaxPositions - P) {

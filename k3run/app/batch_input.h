@@ -5,6 +5,9 @@
 //                               (special tokens such as [BOS] are recognised)
 //   {"ids": [1, 2, 3]}          token ids, each an integer in [0, vocab)
 //   optional "gen": N           tokens to generate for this line, an integer >= 0 (default --gen)
+//   optional "spec_oracle": [ids]  diagnostic, with --spec: this line drafts from these ids (its
+//                               plain run's generated ids) instead of the prompt lookup, as a
+//                               prompt run's --spec-oracle (synthetic weights never repeat text)
 // Rules: every non-blank line is one JSON object; exactly one of "prompt" and "ids"; a prompt
 // of at least one id; no other keys (a misspelt "gen" or an OpenAI-style "max_tokens" must not
 // be silently ignored). Blank lines (only spaces, tabs or a CR) are skipped and are no input;
@@ -26,6 +29,7 @@ struct BatchInput {
   int64_t line = 0;              // 1-based line of FILE
   std::vector<int32_t> ids;      // the prompt, >= 1 id, each < vocab
   int64_t gen = 0;
+  std::vector<int32_t> spec_oracle;  // "spec_oracle": drafts (--spec); empty: the lookup
 };
 
 // `name`: FILE as the user gave it ("<stdin>" for -), used in every message. `tokenizer` may be

@@ -542,11 +542,7 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
                                "vocabulary size " + std::to_string(vocab));
       }
     }
-    g.drafter = [truth](std::span<const int32_t>, int64_t done, int64_t n) {
-      const auto from = std::min<size_t>(static_cast<size_t>(done), truth.size());
-      const auto to = std::min<size_t>(from + static_cast<size_t>(n), truth.size());
-      return std::vector<int32_t>(truth.begin() + from, truth.begin() + to);
-    };
+    g.drafter = ContinuationDrafter(std::move(truth));
   }
   g.stop_ids = StopIds(*engine, o);
   ShownText shown(tokenizer, o, terminal, out);
@@ -705,6 +701,7 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   K3_ASSIGN_OR_RETURN(std::vector<BatchInput> inputs,
                       ParseBatchInputs(*text, BatchInputName(*o.batch), engine->tokenizer(),
                                        c.vocab, o.gen));
+  K3_RETURN_IF_ERROR(CheckBatchInputs(o, inputs));
   K3_RETURN_IF_ERROR(
       CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", JoinPath(o.prepared, "k3.json")));
   K3_ASSIGN_OR_RETURN(const CliConstraint constraint,
@@ -725,7 +722,7 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   for (const BatchInput& in : inputs) {
     longest = std::max(longest, static_cast<int64_t>(in.ids.size()));
   }
-  po.pass_rows = together * longest;
+  po.pass_rows = together * std::max<int64_t>(longest, o.spec + 1);  // drafts: spec + 1 rows
   K3_RETURN_IF_ERROR(engine->Plan(po));
   // As many as fit is more than the inputs need: plan again for exactly them, so the room the
   // other sequences' caches and states would take goes back to the weights and the chunk.
@@ -760,7 +757,7 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
                       : !o.save_state.empty() || !o.load_state.empty() ? "--save-state/--load-state"
                       : !o.cache_trace_dir.empty() ? "--dump-cache-trace"
                       : o.recompute                ? "--recompute"
-                      : o.spec > 0                 ? "--spec (not yet in the scheduler)"
+                      : !o.spec_oracle.empty()     ? "--spec-oracle (a prompt run's)"
                       : AnyConstraintFlag(o)
                           ? "--grammar/--json-schema/--tools (requests bring tools, "
                             "tool_choice and response_format)"
@@ -769,6 +766,9 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
     return Status::Invalid(std::string("--serve cannot be used with ") + other +
                            ": requests bring their prompts and options (docs/SERVER.md)");
   }
+  // Requests that sample or bring tools/response_format decode without drafts (scheduler.h).
+  K3_RETURN_IF_ERROR(CheckSpec(o.spec, /*sampling=*/false));
+  if (o.spec == 0 && o.spec_fixed) return Status::Invalid("--spec-fixed needs --spec N");
   K3_RETURN_IF_ERROR(CheckPreparedPath(env, o.prepared));
   Result<std::unique_ptr<Engine>> opened = Engine::Open(env, o.prepared, o.model_dir);
   if (!opened.ok()) return ExplainOpenFailure(env, o.prepared, opened.status());
@@ -783,7 +783,10 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
   std::string name = o.prepared;
   while (name.size() > 1 && name.back() == '/') name.pop_back();
   name = name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
-  return RunServer(engine.get(), o.serve, name, engine->memory_plan().sequences);
+  ServeOptions serve = o.serve;
+  serve.spec = o.spec;
+  serve.spec_fixed = o.spec_fixed;
+  return RunServer(engine.get(), serve, name, engine->memory_plan().sequences);
 }
 
 }  // namespace

@@ -39,8 +39,7 @@ struct GenerateOptions {
   // count generated and the most to draft. Tests and benchmarks give a known continuation here
   // (synthetic weights do not repeat text, so lookups rarely hit on them); any draft gives the
   // same output, only the passes differ.
-  std::function<std::vector<int32_t>(std::span<const int32_t> ids, int64_t generated,
-                                     int64_t n)> drafter;
+  Drafter drafter;
   std::vector<int64_t> stop_ids;
   // Asked after each step's callback; true ends generation there (the caller's stop rules:
   // stop strings, an interrupt). The caller knows why it stopped.

@@ -3,8 +3,9 @@
 //
 // Invariants (engine thread): a busy slot's sequence holds exactly its request's prompt[0, fed)
 // followed by every generated token but the last (`next`, fed by the slot's next decode row);
-// nothing is pending between passes. A request id is in `running` from its admission until its
-// on_done; ids are never reused, so a stale cancel mark never hits another request.
+// nothing is pending between passes. A slot's `draft` is empty outside PlanPass → RunOnePass.
+// A request id is in `running` from its admission until its on_done; ids are never reused, so a
+// stale cancel mark never hits another request.
 #include "k3run/engine/scheduler.h"
 
 #include <algorithm>
@@ -41,6 +42,12 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+Status RunInvalid(int64_t id) {
+  return Status::Unreliable("RUN INVALID: request " + std::to_string(id) +
+                            ": its rows were routed to an expert that could not be read; its "
+                            "output is not the model's");
+}
+
 // The q-quantile of `v` (nearest rank; reorders v).
 double Quantile(std::vector<double>& v, double q) {
   if (v.empty()) return 0;
@@ -70,6 +77,8 @@ struct Slot {
   int64_t fed = 0;            // prompt ids the sequence holds (restored from the cache or fed)
   int32_t next = -1;          // the last chosen token, not yet fed
   int64_t rows = 0;           // rows in the pass being built
+  std::optional<DraftPolicy> policy;  // a speculating request (greedy, no constraint)
+  std::vector<int32_t> draft;         // this pass's draft, after `next` (rows = 1 + its size)
   int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }
   bool generating() const { return fed == prompt_len(); }
 };
@@ -81,11 +90,15 @@ struct Scheduler::Impl {
       : engine(e), o(opt), cache(opt.prompt_cache_bytes) {
     pass_rows = std::max<int64_t>(o.pass_rows > 0 ? o.pass_rows : engine->chunk(), 1);
     slots.resize(static_cast<size_t>(std::max<int64_t>(o.max_seqs, 1)));
+    spec = std::clamp<int64_t>(o.spec, 0, engine->memory_plan().spec_rows);
+    if (spec > 0) cost = PassCost::FromEngine(*engine);
   }
 
   Engine* engine;
   SchedulerOptions o;
   int64_t pass_rows = 1;
+  int64_t spec = 0;  // o.spec within the plan's records
+  PassCost cost;     // DraftPolicy's prior
 
   // Guarded by mu. Callbacks never run with mu held (they may Submit or Cancel).
   mutable std::mutex mu;
@@ -114,8 +127,11 @@ struct Scheduler::Impl {
   void Admit();
   void Start(Slot* slot, Waiting w);
   std::vector<Slot*> PlanPass();
+  void Draft(Slot* slot, int64_t space);
   void RunOnePass(const std::vector<Slot*>& carried);
   void Choose(Slot* slot, const float* logits);
+  void Verify(Slot* slot, const float* logits);
+  std::optional<FinishReason> Take(Slot* slot, int32_t token, const float* logits, int64_t held);
   void Finish(Slot* slot, FinishReason reason, Status status);
   void EndAll();
 };
@@ -140,6 +156,8 @@ void Scheduler::Impl::Finish(Slot* slot, FinishReason reason, Status status) {
   slot->busy = false;
   slot->req = Request();
   slot->all.clear();
+  slot->draft.clear();
+  slot->policy.reset();
   {
     std::lock_guard<std::mutex> l(mu);
     running.erase(r.id);
@@ -209,6 +227,13 @@ void Scheduler::Impl::Start(Slot* slot, Waiting w) {
   slot->all = slot->req.prompt;
   slot->fed = 0;
   slot->next = -1;
+  slot->draft.clear();
+  slot->policy.reset();
+  // Speculation for the requests Generate speculates for: greedy (penalties allowed: still an
+  // argmax) and unconstrained. The others decode a row per pass, exactly as without --spec.
+  if (spec > 0 && !slot->req.sampling.sampling() && slot->req.constraint == nullptr) {
+    slot->policy.emplace(spec, cost, !o.spec_fixed);
+  }
   if (cache.budget() == 0) return;
   const SequenceSnapshot* snap = cache.Longest(slot->req.prompt);
   if (snap == nullptr) return;
@@ -248,6 +273,7 @@ std::vector<Slot*> Scheduler::Impl::PlanPass() {
   int64_t generating = 0;
   for (Slot& s : slots) {
     s.rows = 0;
+    s.draft.clear();
     if (!s.busy) continue;
     if (s.generating()) {
       ++generating;
@@ -270,6 +296,13 @@ std::vector<Slot*> Scheduler::Impl::PlanPass() {
     carried.push_back(&s);
     decode_cursor = (start + i + 1) % n;
   }
+  // Drafts take what the decode rows leave of their share, slot by slot.
+  for (Slot* s : carried) {
+    if (!s->policy) continue;
+    Draft(s, decode_cap - rows);
+    rows += static_cast<int64_t>(s->draft.size());
+    s->rows += static_cast<int64_t>(s->draft.size());
+  }
   for (Slot* s : prefilling) {
     const int64_t take = std::min(s->prompt_len() - s->fed, pass_rows - rows);
     if (take <= 0) break;
@@ -278,6 +311,19 @@ std::vector<Slot*> Scheduler::Impl::PlanPass() {
     carried.push_back(s);
   }
   return carried;
+}
+
+// A speculating slot's draft for the next pass, as Generate's decode step drafts: never past
+// the tokens asked for, the sequence's positions, or the `space` left in the pass.
+void Scheduler::Impl::Draft(Slot* slot, int64_t space) {
+  const auto generated = static_cast<int64_t>(slot->result.generated.size());
+  const int64_t left = slot->req.max_tokens - generated;
+  const int64_t room = slot->seq->capacity() - slot->seq->length() - 1;
+  const int64_t want = std::min({slot->policy->Length(), left - 1, room, space});
+  if (want <= 0) return;
+  slot->draft = slot->req.drafter ? slot->req.drafter(slot->all, generated, want)
+                                  : PromptLookupDraft(slot->all, want);
+  if (static_cast<int64_t>(slot->draft.size()) > want) slot->draft.resize(static_cast<size_t>(want));
 }
 
 // Greedy() or the request's sampler over everything so far, exactly as Generate chooses.
@@ -289,6 +335,57 @@ void Scheduler::Impl::Choose(Slot* slot, const float* logits) {
     return;
   }
   const int32_t token = chosen.value();
+  if (std::optional<FinishReason> end = Take(slot, token, logits, slot->seq->length())) {
+    Finish(slot, *end, Status::Ok());
+  } else {
+    slot->next = token;
+  }
+}
+
+// A decode row that carried a draft (its logits [1 + draft][vocab]): row i's token is chosen as
+// plain decoding would choose it, and verification goes on while it equals draft[i] (Generate's
+// rule); Commit keeps the rows whose tokens were taken and drops the rest of this sequence's.
+void Scheduler::Impl::Verify(Slot* slot, const float* logits) {
+  const int64_t V = engine->config().vocab;
+  const auto k = static_cast<int64_t>(slot->draft.size());
+  const int64_t held = slot->seq->length();  // committed before this pass
+  int64_t taken = 0;
+  int32_t token = -1;
+  std::optional<FinishReason> end;
+  for (int64_t i = 0;; ++i) {
+    Result<int32_t> chosen = ChooseToken(slot->seq.get(), logits + i * V, V, slot->all);
+    if (!chosen.ok()) {
+      Finish(slot, FinishReason::kError, chosen.status());  // Reset drops the pending rows
+      return;
+    }
+    token = chosen.value();
+    ++taken;
+    end = Take(slot, token, logits + i * V, held + taken);
+    if (end || i == k || token != slot->draft[static_cast<size_t>(i)]) break;
+  }
+  const int64_t accepted = taken - 1;
+  slot->policy->Record(k, accepted);
+  slot->result.spec.drafted += k;
+  slot->result.spec.accepted += accepted;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    ++stats.spec_verifications;
+    stats.spec_drafted += k;
+    stats.spec_accepted += accepted;
+  }
+  if (Status c = engine->Commit(slot->seq.get(), taken); !c.ok()) {
+    Finish(slot, FinishReason::kError, c);
+  } else if (end) {
+    Finish(slot, *end, Status::Ok());
+  } else {
+    slot->next = token;
+  }
+}
+
+// Records a chosen token and runs the request's callback; why the request ends here, if it does.
+// `held`: the positions the sequence holds once this token's row is kept.
+std::optional<FinishReason> Scheduler::Impl::Take(Slot* slot, int32_t token, const float* logits,
+                                                  int64_t held) {
   slot->all.push_back(token);
   slot->result.generated.push_back(token);
   if (slot->result.generated.size() == 1) slot->result.first_token_seconds = Since(slot->submitted);
@@ -298,17 +395,13 @@ void Scheduler::Impl::Choose(Slot* slot, const float* logits) {
   }
   const bool go_on = slot->req.on_token ? slot->req.on_token(token, logits) : true;
   const std::vector<int64_t>& stops = slot->req.stop_ids;
-  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-    Finish(slot, FinishReason::kStopId, Status::Ok());
-  } else if (!go_on) {
-    Finish(slot, FinishReason::kStopped, Status::Ok());
-  } else if (static_cast<int64_t>(slot->result.generated.size()) >= slot->req.max_tokens) {
-    Finish(slot, FinishReason::kLength, Status::Ok());
-  } else if (slot->seq->length() >= slot->seq->capacity()) {
-    Finish(slot, FinishReason::kContext, Status::Ok());  // no position left to feed the token
-  } else {
-    slot->next = token;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) return FinishReason::kStopId;
+  if (!go_on) return FinishReason::kStopped;
+  if (static_cast<int64_t>(slot->result.generated.size()) >= slot->req.max_tokens) {
+    return FinishReason::kLength;
   }
+  if (held >= slot->seq->capacity()) return FinishReason::kContext;  // no position left to feed it
+  return std::nullopt;
 }
 
 void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
@@ -319,6 +412,11 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
     in.seq = s->seq.get();
     if (s->generating()) {
       in.ids = {s->next};
+      if (!s->draft.empty()) {
+        in.ids.insert(in.ids.end(), s->draft.begin(), s->draft.end());
+        in.logits = Logits::kAll;
+        in.tentative = true;
+      }
     } else {
       const auto from = s->req.prompt.begin() + s->fed;
       in.ids.assign(from, from + s->rows);
@@ -338,6 +436,7 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
     }
     return;
   }
+  int64_t generated_before = 0;
   {
     std::lock_guard<std::mutex> l(mu);
     ++stats.passes;
@@ -345,6 +444,7 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
     stats.prompt_rows += prompt_rows;
     stats.bytes_read += pass->bytes.total();
     stats.pass_seconds += pass->seconds;
+    generated_before = stats.generated;
     if (prompt_rows == 0) {
       ++stats.decode_passes;
       stats.decode_rows += rows;
@@ -358,15 +458,25 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
   for (size_t k = 0; k < carried.size(); ++k) {
     Slot* s = carried[k];
     ++s->result.passes;
+    if (s->policy && s->generating()) {
+      ++s->result.spec.passes;
+      // Only a pass of this sequence alone times what its rows cost (DraftPolicy::Observe).
+      if (carried.size() == 1) s->policy->Observe(s->rows, pass->seconds);
+    }
+    if (!s->draft.empty()) {
+      if (s->seq->invalid()) {
+        Finish(s, FinishReason::kError, RunInvalid(s->id));
+      } else {
+        Verify(s, pass->LogitsOf(k, V));
+      }
+      continue;
+    }
     if (Status c = engine->Commit(s->seq.get(), s->rows); !c.ok()) {
       Finish(s, FinishReason::kError, c);
       continue;
     }
     if (s->seq->invalid()) {
-      Finish(s, FinishReason::kError,
-             Status::Unreliable("RUN INVALID: request " + std::to_string(s->id) +
-                                ": its rows were routed to an expert that could not be read; "
-                                "its output is not the model's"));
+      Finish(s, FinishReason::kError, RunInvalid(s->id));
       continue;
     }
     if (!s->generating()) {
@@ -383,6 +493,10 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
       }
     }
     Choose(s, pass->LogitsOf(k, V));
+  }
+  if (prompt_rows == 0) {
+    std::lock_guard<std::mutex> l(mu);
+    stats.decode_tokens += stats.generated - generated_before;
   }
 }
 

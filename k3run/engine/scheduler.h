@@ -23,8 +23,18 @@
 // token) in an LRU bounded by bytes; never after kError, kCancelled or RUN INVALID. Admission
 // restores the longest snapshot whose tokens are a PROPER prefix of the prompt and feeds only
 // the rest; the logits are those of a cold run.
+// Speculation (`spec` > 0, DESIGN.md §11.4, speculation.h): a greedy request without a
+// constraint (the requests Generate speculates for) has its own DraftPolicy; its decode row
+// becomes its last token + a draft of up to `spec` tokens, stepped as tentative in the shared
+// pass. Its rows are verified with Generate's rule (the token chosen at row i, as plain decoding
+// chooses it; go on while it equals draft i), and Commit keeps exactly the rows whose tokens were
+// taken, so each sequence rolls back on its own. Sampled and constrained requests decode one row
+// per pass beside them. Drafts take the room left after one row per generating slot (a prompt
+// being fed keeps at least one row); a policy is timed (Observe) only by passes that carried its
+// slot alone.
 // Expert read failures: a request whose rows were routed to an expert that could not be read
-// ends with kError and status kUnreliable ("RUN INVALID", exit 4), the others go on.
+// ends with kError and status kUnreliable ("RUN INVALID", exit 4), the others go on (a draft
+// row that touched it counts, even when the row is then dropped).
 // Threads: Submit, Cancel and the counters may be called from any thread; RunPass, and so every
 // callback, runs on the one thread that drives the Engine.
 #pragma once
@@ -40,6 +50,7 @@
 #include "common/status.h"
 #include "k3run/engine/sampler.h"
 #include "k3run/engine/session.h"
+#include "k3run/engine/speculation.h"
 
 namespace k3::run {
 
@@ -71,6 +82,10 @@ struct Request {
   std::function<void(int64_t fed, int64_t total)> on_prefill;
   // Exactly once, when the request ends (also on Cancel and shutdown).
   std::function<void(const struct RequestResult&)> on_done;
+  // With SchedulerOptions::spec: where this request's drafts come from, as
+  // GenerateOptions::drafter (the ids so far, the count generated, the most to draft); null:
+  // PromptLookupDraft. Tests and diagnostics; any draft gives the same ids.
+  Drafter drafter;
 };
 
 struct RequestResult {
@@ -84,6 +99,7 @@ struct RequestResult {
   double queued_seconds = 0;      // submit → admission to a slot
   double first_token_seconds = 0; // submit → first generated token
   double seconds = 0;             // submit → done
+  SpecStats spec;                 // speculating requests: decode passes, drafted, accepted
 };
 
 struct SchedulerOptions {
@@ -91,6 +107,10 @@ struct SchedulerOptions {
   int64_t pass_rows = 0;         // the most rows in one pass; 0: the engine's chunk()
   int64_t max_queue = -1;        // Submit refuses past this many waiting; −1: unbounded
   uint64_t prompt_cache_bytes = 0;  // snapshots at the ends of recent prompts (LRU); 0: off
+  // --spec N: drafts of up to N tokens per decode pass for greedy unconstrained requests, clamped
+  // to the engine's plan spec_rows (the KDA records it holds per sequence).
+  int64_t spec = 0;
+  bool spec_fixed = false;          // --spec-fixed: no adaptation (DraftPolicy adaptive false)
 };
 
 // Aggregate counters, readable from any thread (a consistent copy).
@@ -103,7 +123,8 @@ struct SchedulerStats {
   double pass_seconds = 0;        // Σ pass wall time
   // Passes of decode rows only (no prompt row): what batching saves per generated token.
   int64_t decode_passes = 0;
-  int64_t decode_rows = 0;        // = the tokens those passes chose
+  int64_t decode_rows = 0;        // their rows (a decode row and its draft, if any)
+  int64_t decode_tokens = 0;      // the tokens those passes chose (= decode_rows without drafts)
   uint64_t decode_bytes = 0;
   uint64_t decode_unused_bytes = 0;   // of which guesses read ahead and not used
   double decode_seconds = 0;
@@ -116,6 +137,10 @@ struct SchedulerStats {
   double idle_median_seconds = 0;
   double idle_p99_seconds = 0;
   double idle_max_seconds = 0;    // over the window
+  // Speculation: decode rows that carried a draft, draft tokens they verified, of which kept.
+  int64_t spec_verifications = 0;
+  int64_t spec_drafted = 0;
+  int64_t spec_accepted = 0;
   int64_t active = 0;             // slots holding a request now
   int64_t queued = 0;             // requests waiting now
   int64_t finished = 0;

@@ -37,6 +37,16 @@ std::vector<int32_t> PromptLookupDraft(std::span<const int32_t> tokens, int64_t 
   return {};
 }
 
+Drafter ContinuationDrafter(std::vector<int32_t> truth) {
+  return [truth = std::move(truth)](std::span<const int32_t>, int64_t generated, int64_t n) {
+    const auto from = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(generated, 0)),
+                                       truth.size());
+    const auto to = std::min<size_t>(from + static_cast<size_t>(std::max<int64_t>(n, 0)),
+                                     truth.size());
+    return std::vector<int32_t>(truth.begin() + from, truth.begin() + to);
+  };
+}
+
 double PassCost::DistinctExperts(int64_t rows) const {
   const double n = static_cast<double>(std::max<int64_t>(experts, 1));
   const double keep = 1.0 - static_cast<double>(std::min(topk, experts)) / n;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -47,6 +48,15 @@ Status CheckSpec(int64_t spec, bool sampling);
 // Up to max_draft tokens that followed the most recent earlier occurrence of the longest suffix
 // of `tokens` (kMinNgram..kMaxNgram long); empty when no suffix recurs.
 std::vector<int32_t> PromptLookupDraft(std::span<const int32_t> tokens, int64_t max_draft);
+
+// Where drafts come from instead of the lookup: given the ids so far, the count generated and
+// the most to draft, up to that many ids. Any draft gives the same output; only passes differ.
+using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> ids,
+                                                   int64_t generated, int64_t n)>;
+// Drafts from a known continuation (`--spec-oracle`, a batch line's "spec_oracle": a plain run's
+// generated ids): after g generated tokens, truth[g, g + n). Synthetic weights never repeat
+// text, so tests and benchmarks need it to keep drafts.
+Drafter ContinuationDrafter(std::vector<int32_t> truth);
 
 // The byte cost of a pass by its rows, from the plan: what the trunk costs each pass (streamed
 // from disk, or read from RAM when resident) and what one expert costs per MoE layer.

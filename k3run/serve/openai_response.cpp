@@ -163,6 +163,12 @@ std::string MetricsText(const SchedulerStats& s, int64_t max_seqs, int64_t max_q
          d(s.prompt_cache_tokens));
   metric("k3_prompt_cache_bytes", "gauge", "Bytes held by prompt snapshots.",
          d(s.prompt_cache_bytes));
+  metric("k3_spec_verifications_total", "counter",
+         "Decode rows that carried a draft (--spec).", d(s.spec_verifications));
+  metric("k3_spec_drafted_tokens_total", "counter", "Draft tokens verified (--spec).",
+         d(s.spec_drafted));
+  metric("k3_spec_accepted_tokens_total", "counter", "Draft tokens kept (--spec).",
+         d(s.spec_accepted));
   metric("k3_active_sequences", "gauge", "Slots holding a request.", d(s.active));
   metric("k3_queued_requests", "gauge", "Requests waiting for a slot.", d(s.queued));
   metric("k3_max_sequences", "gauge", "Slots (--max-seqs).", d(max_seqs));

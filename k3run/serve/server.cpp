@@ -188,6 +188,8 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
   // The server admits (SubmitJob); the scheduler's bound is a backstop that never binds first.
   so.max_queue = o.queue;
   so.prompt_cache_bytes = static_cast<uint64_t>(o.prompt_cache_gb * 1e9);
+  so.spec = o.spec;
+  so.spec_fixed = o.spec_fixed;
   std::atomic<bool> run{true};
   Status load;
   std::thread engine_thread(EngineThread, &ctx, so, &run, &load, &wake);

@@ -31,6 +31,10 @@ struct ServeOptions {
   int64_t queue = 16;                 // --queue: requests that may wait for a slot
   std::string api_key_file;           // --api-key-file
   double prompt_cache_gb = 0;         // --prompt-cache-gb (0: off)
+  // --spec N, --spec-fixed: greedy requests without tools or response_format speculate in the
+  // shared passes (scheduler.h); the others decode without drafts. The plan holds spec_rows N.
+  int64_t spec = 0;
+  bool spec_fixed = false;
   bool web = false;                   // --web: the chat page at / (web_page.h)
   // --header-timeout, --body-timeout, --max-connections; bodies up to kMaxBodyBytes.
   FrontDoorLimits limits = [] {

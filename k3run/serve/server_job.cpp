@@ -78,7 +78,13 @@ void LogRequest(Endpoint e, const RequestResult& r) {
                 static_cast<long long>(r.prompt_tokens - r.prompt_fed), r.generated.size(),
                 r.seconds, r.queued_seconds, r.first_token_seconds,
                 out > 1 && decode > 0 ? (out - 1) / decode : 0.0, FinishReasonName(r.reason));
-  LogInfo(line);
+  std::string text = line;
+  if (r.spec.drafted > 0) {  // --spec: this request's drafts
+    std::snprintf(line, sizeof line, ", %lld of %lld drafted kept",
+                  static_cast<long long>(r.spec.accepted), static_cast<long long>(r.spec.drafted));
+    text += line;
+  }
+  LogInfo(text);
 }
 
 Request MakeRequest(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt,

@@ -6,8 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/k3run/engine_fixture.h"
@@ -232,7 +234,8 @@ TEST(BatchCli, BatchIsExclusiveWithPromptModesAndState) {
   const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [1]}\n");
   const std::vector<std::vector<std::string>> others = {
       {"--ids", "1"}, {"--prompt", "x"}, {"--chat"}, {"--recompute"},
-      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")}, {"--spec", "2"}};
+      {"--save-state", tmp.Join("s")}, {"--load-state", tmp.Join("s")},
+      {"--spec-oracle", "1,2", "--spec", "2"}};  // --spec itself batches (BatchCliSpec)
   for (const std::vector<std::string>& other : others) {
     std::vector<std::string> args = {TinyPreparedDir(), "--batch", input};
     args.insert(args.end(), other.begin(), other.end());
@@ -308,6 +311,177 @@ TEST(BatchCli, ReportFieldsArePresentAndConsistent) {
   EXPECT_DOUBLE_EQ(j["tokens_per_pass"].get<double>(),
                    static_cast<double>(generated) / static_cast<double>(passes));
   EXPECT_GT(j["bytes_per_generated_token"].get<double>(), 0);
+}
+
+// ---- --spec (BatchCliSpec): each line's ids and dump bytes are those of --batch without it ----
+
+// The output lines and the dumps of one --batch run (--dump-logits-all into `dump`).
+struct BatchRun {
+  std::vector<json> lines;
+  std::vector<std::string> dumps;
+  json report;
+  std::string stderr_text;
+};
+
+BatchRun RunBatch(const test::TempDir& tmp, const std::string& dir, const std::string& input,
+                  std::vector<std::string> flags, const std::string& tag, size_t n) {
+  const std::string dump = tmp.Join(tag + ".logits"), report = tmp.Join(tag + ".json");
+  std::vector<std::string> args = {dir, "--batch", input, "--no-floor", "--dump-logits", dump,
+                                   "--dump-logits-all", "--out", report};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const CliRun r = RunCliArgs(args);
+  EXPECT_EQ(r.exit_code, 0) << tag << ": " << r.stderr_text;
+  BatchRun b;
+  b.lines = OutputLines(r);
+  EXPECT_EQ(b.lines.size(), n) << tag;
+  for (size_t i = 0; i < n; ++i) b.dumps.push_back(test::ReadWholeFile(dump + "." + std::to_string(i)));
+  if (r.exit_code == 0) b.report = json::parse(test::ReadWholeFile(report));
+  b.stderr_text = r.stderr_text;
+  return b;
+}
+
+void ExpectSameLines(const BatchRun& got, const BatchRun& want, const std::string& what) {
+  ASSERT_EQ(got.lines.size(), want.lines.size()) << what;
+  for (size_t i = 0; i < want.lines.size(); ++i) {
+    for (const char* key : {"generated_ids", "text", "stop_reason"}) {
+      EXPECT_EQ(got.lines[i][key], want.lines[i][key]) << what << ", line " << i << ": " << key;
+    }
+    EXPECT_FALSE(want.dumps[i].empty()) << what << ", line " << i;
+    EXPECT_EQ(got.dumps[i], want.dumps[i]) << what << ", line " << i << ": dump bytes";
+  }
+}
+
+// `lines` with each line's "spec_oracle": its plain ids, every `wrong`-th id altered (0: none;
+// those drafts are refused); lines listed in `lookup` keep the prompt lookup.
+std::string WithOracles(const std::vector<std::string>& lines, const BatchRun& plain,
+                        size_t wrong, const std::set<size_t>& lookup) {
+  std::string file;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    json j = json::parse(lines[i]);
+    if (lookup.count(i) == 0) {
+      std::vector<int32_t> ids = plain.lines[i]["generated_ids"].get<std::vector<int32_t>>();
+      for (size_t k = 0; wrong > 0 && k < ids.size(); ++k) {
+        if (k % wrong == wrong - 1) ids[k] = (ids[k] + 1) % 1280;
+      }
+      j["spec_oracle"] = ids;
+    }
+    file += j.dump() + "\n";
+  }
+  return file;
+}
+
+// Greedy lines with and without --spec 4 (adaptive with the lookup; fixed with known
+// continuations, all right or every third id wrong), 1 and 3 sequences at once; line 1 stops at a stop id inside its drafts while the
+// others speculate. Then seeded sampling: the same ids with --spec, and no line drafts.
+TEST(BatchCliSpec, SameLinesAndDumpBytesAsWithoutSpecGreedyAndSeeded) {
+  test::TempDir tmp;
+  const std::vector<std::string> lines = {
+      R"({"ids": [3, 7, 11, 5, 9, 300, 1000, 42]})", R"({"prompt": "1 2 3"})",
+      R"({"ids": [17], "gen": 9})", R"({"prompt": "one two three one two three"})"};
+  std::string file;
+  for (const std::string& l : lines) file += l + "\n";
+  const std::string input = tmp.WriteFile("in.jsonl", file);
+  // Line 1's stop id: its 6th token in a run without stop ids (not earlier in its run).
+  const BatchRun free = RunBatch(tmp, TinyPreparedDir(), input, {"--gen", "14", "--ignore-eos"},
+                                 "free", lines.size());
+  ASSERT_EQ(free.lines.size(), lines.size());
+  const std::vector<int32_t> ids1 = free.lines[1]["generated_ids"].get<std::vector<int32_t>>();
+  size_t at = 5;
+  while (at < ids1.size() && std::count(ids1.begin(), ids1.begin() + static_cast<int64_t>(at),
+                                        ids1[at]) > 0) {
+    ++at;
+  }
+  ASSERT_LT(at, ids1.size());
+  const std::vector<std::string> flags = {"--gen", "14", "--ignore-eos", "--stop-id",
+                                          std::to_string(ids1[at])};
+  const BatchRun plain = RunBatch(tmp, TinyPreparedDir(), input, flags, "plain", lines.size());
+  ASSERT_EQ(plain.lines[1]["stop_reason"], "stop-id");
+  const std::string oracle = tmp.WriteFile("oracle.jsonl", WithOracles(lines, plain, 0, {3}));
+  const std::string mixed = tmp.WriteFile("mixed.jsonl", WithOracles(lines, plain, 3, {3}));
+  for (const char* seqs : {"1", "3"}) {
+    for (const auto& [name, in, extra] :
+         std::vector<std::tuple<std::string, std::string, std::vector<std::string>>>{
+             {"lookup", input, {"--spec", "4"}},
+             {"oracle", oracle, {"--spec", "4", "--spec-fixed"}},
+             {"mixed", mixed, {"--spec", "4", "--spec-fixed"}}}) {
+      std::vector<std::string> f = flags;
+      f.insert(f.end(), extra.begin(), extra.end());
+      f.insert(f.end(), {"--max-seqs", seqs});
+      const std::string what = name + ", --max-seqs " + seqs;
+      const BatchRun spec = RunBatch(tmp, TinyPreparedDir(), in, f, name + seqs, lines.size());
+      ExpectSameLines(spec, plain, what);
+      ASSERT_TRUE(spec.report.contains("speculation")) << what;
+      const json& sp = spec.report["speculation"];
+      EXPECT_EQ(sp["spec"], 4) << what;
+      int64_t drafted = 0, accepted = 0;
+      for (const json& q : spec.report["sequences"]) {
+        drafted += q["speculation"]["drafted"].get<int64_t>();
+        accepted += q["speculation"]["accepted"].get<int64_t>();
+      }
+      EXPECT_EQ(sp["drafted"], drafted) << what;
+      EXPECT_EQ(sp["accepted"], accepted) << what;
+      EXPECT_NE(spec.stderr_text.find("; spec 4: " + std::to_string(accepted) + " of " +
+                                      std::to_string(drafted) + " drafted kept"),
+                std::string::npos)
+          << spec.stderr_text;
+      if (name == "oracle") {
+        EXPECT_GT(accepted, 0) << what;
+        // Kept drafts are tokens without a pass of their own (every prompt takes one pass).
+        EXPECT_LT(spec.report["passes"].get<int64_t>(),
+                  spec.report["generated_tokens"].get<int64_t>())
+            << what;
+      }
+      if (name == "mixed") {
+        EXPECT_GT(accepted, 0) << what;
+        EXPECT_GT(drafted, accepted) << what << ": no draft was refused";
+      }
+    }
+  }
+  // Seeded sampling (line I with seed 41 + I): the same ids; sampled lines decode without drafts.
+  const std::vector<std::string> sampled = {"--gen", "10", "--ignore-eos", "--temperature", "1.5",
+                                            "--seed", "41"};
+  const BatchRun want = RunBatch(tmp, TinyPreparedDir(), input, sampled, "sampled", lines.size());
+  std::vector<std::string> f = sampled;
+  f.insert(f.end(), {"--spec", "4", "--max-seqs", "2"});
+  const BatchRun got = RunBatch(tmp, TinyPreparedDir(), input, f, "sampled-spec", lines.size());
+  ExpectSameLines(got, want, "seeded");
+  EXPECT_EQ(got.report["speculation"]["drafted"], 0);
+  EXPECT_NE(got.stderr_text.find("--spec: sampled requests decode without drafts"),
+            std::string::npos)
+      << got.stderr_text;
+}
+
+TEST(BatchCliSpec, SameLinesAsWithoutSpecOnSmall) {
+  test::TempDir tmp;
+  const std::vector<std::string> lines = {R"({"ids": [3, 7, 11, 5, 9, 300, 1000, 42]})",
+                                          R"({"ids": [17, 23], "gen": 5})"};
+  const std::string input = tmp.WriteFile("in.jsonl", lines[0] + "\n" + lines[1] + "\n");
+  const std::vector<std::string> flags = {"--gen", "8", "--ignore-eos"};
+  const BatchRun plain = RunBatch(tmp, SmallPreparedDir(), input, flags, "plain", lines.size());
+  ASSERT_EQ(plain.lines.size(), lines.size());
+  const std::string mixed = tmp.WriteFile("mixed.jsonl", WithOracles(lines, plain, 3, {}));
+  std::vector<std::string> f = flags;
+  f.insert(f.end(), {"--spec", "4", "--spec-fixed"});
+  const BatchRun spec = RunBatch(tmp, SmallPreparedDir(), mixed, f, "spec", lines.size());
+  ExpectSameLines(spec, plain, "small");
+  EXPECT_GT(spec.report["speculation"]["accepted"].get<int64_t>(), 0);
+}
+
+// "spec_oracle" is a --spec diagnostic; --spec-oracle is a prompt run's.
+TEST(BatchCliSpec, OracleLinesNeedSpec) {
+  test::TempDir tmp;
+  const std::string input = tmp.WriteFile("in.jsonl", "{\"ids\": [1]}\n{\"ids\": [2], "
+                                                      "\"spec_oracle\": [5, 6]}\n");
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", input, "--no-floor"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.stderr_text.find("in.jsonl:2: \"spec_oracle\" needs --spec N"), std::string::npos)
+      << r.stderr_text;
+  const std::string bad = tmp.WriteFile("bad.jsonl", "{\"ids\": [2], \"spec_oracle\": [99999]}\n");
+  const CliRun b = RunCliArgs({TinyPreparedDir(), "--batch", bad, "--spec", "2", "--no-floor"});
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.stderr_text.find("bad.jsonl:1: \"spec_oracle\" item 1 (99999) is outside"),
+            std::string::npos)
+      << b.stderr_text;
 }
 
 }  // namespace

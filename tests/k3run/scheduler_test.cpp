@@ -11,7 +11,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -727,6 +730,196 @@ TEST(Scheduler, IdleGapsAreTimedOnlyBetweenPassesThatFollowEachOther) {
   EXPECT_EQ(st.idle_gaps - gaps_before, 2);  // within the new request only
   EXPECT_LT(st.idle_max_seconds, 0.3);
   for (const Outcome& x : out) EXPECT_EQ(x.done_calls, 1);
+}
+
+// ---- Speculation (SchedulerOptions::spec) ----
+
+std::unique_ptr<Engine> OpenSpec(const std::string& dir, int64_t positions, int64_t spec) {
+  PlanOptions po = testing::ContextPlan(positions);
+  po.spec_rows = spec;
+  return testing::OpenPlanned(dir, po);
+}
+
+using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t>, int64_t, int64_t)>;
+
+// Drafts from a request's plain run (`truth`: its ids), every `wrong`-th id altered (0: none) so
+// that some drafts are refused; any draft gives the same output, only the passes differ.
+Drafter FromTruth(std::vector<int32_t> truth, int64_t vocab, int64_t wrong) {
+  return [truth, vocab, wrong](std::span<const int32_t>, int64_t done, int64_t n) {
+    std::vector<int32_t> d;
+    for (int64_t i = done; i < done + n && i < static_cast<int64_t>(truth.size()); ++i) {
+      const int32_t id = truth[static_cast<size_t>(i)];
+      d.push_back(wrong > 0 && i % wrong == wrong - 1 ? static_cast<int32_t>((id + 1) % vocab)
+                                                      : id);
+    }
+    return d;
+  };
+}
+
+// Schedule() with a drafter per request (null: the prompt lookup).
+std::vector<Outcome> ScheduleDrafted(Engine* e, const std::vector<Spec>& specs,
+                                     const std::vector<Drafter>& drafters, SchedulerOptions o,
+                                     SchedulerStats* stats) {
+  std::vector<Outcome> out(specs.size());
+  Scheduler sched(e, o);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Request r = MakeRequest(specs[i], &out[i], e->config().vocab);
+    r.drafter = drafters[i];
+    Result<int64_t> id = sched.Submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+  }
+  const Status s = sched.RunUntilIdle();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  *stats = sched.Stats();
+  return out;
+}
+
+// Greedy, penalised greedy and seeded sampled requests share passes under --spec 4 (known
+// continuations with wrong ids, and the lookup): every request gets the ids and logit bits of
+// its plain run alone; drafts were kept and refused (--spec-fixed: the adaptive policy's choices
+// depend on timed passes); sampled requests never drafted. Then once adaptive: the same bits.
+void CheckSpecKeepsTheBits(const std::string& dir, size_t n, const std::vector<int64_t>& seqs,
+                           const std::vector<int64_t>& pass_rows) {
+  std::unique_ptr<Engine> e = OpenSpec(dir, 40, 4);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> specs = MixedSpecs(V, n);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].max_tokens = static_cast<int64_t>(10 + i);
+    if (i % 3 == 2) {  // seeded sampling: decodes a row per pass beside the drafts
+      specs[i].sampling.temperature = 1.2;
+      specs[i].seed = 500 + i;
+    }
+    if (i == 1) specs[i].sampling.repeat_penalty = 1.3;  // penalised greedy: still speculates
+  }
+  std::vector<Solo> want;
+  std::vector<Drafter> drafters;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    want.push_back(Alone(e.get(), specs[i]));
+    drafters.push_back(i % 3 == 1 ? nullptr : FromTruth(want.back().ids, V, 1 + i % 4));
+  }
+  for (int64_t m : seqs) {
+    for (int64_t rows : pass_rows) {
+      SchedulerOptions o;
+      o.max_seqs = m;
+      o.pass_rows = rows;
+      o.spec = 4;
+      o.spec_fixed = true;
+      SchedulerStats st;
+      const std::vector<Outcome> out = ScheduleDrafted(e.get(), specs, drafters, o, &st);
+      const std::string what = "max_seqs " + std::to_string(m) + ", pass_rows " +
+                               std::to_string(rows);
+      ExpectSameAsAlone(out, want, what);
+      EXPECT_GT(st.spec_accepted, 0) << what << ": no draft was kept";
+      EXPECT_GT(st.spec_drafted, st.spec_accepted) << what << ": no draft was refused";
+      int64_t drafted = 0, accepted = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        drafted += out[i].result.spec.drafted;
+        accepted += out[i].result.spec.accepted;
+        if (specs[i].sampling.sampling()) {
+          EXPECT_EQ(out[i].result.spec.drafted, 0) << what;
+        }
+      }
+      EXPECT_EQ(drafted, st.spec_drafted) << what;
+      EXPECT_EQ(accepted, st.spec_accepted) << what;
+    }
+  }
+  SchedulerOptions adaptive;
+  adaptive.max_seqs = seqs.back();
+  adaptive.spec = 4;
+  SchedulerStats st;
+  ExpectSameAsAlone(ScheduleDrafted(e.get(), specs, drafters, adaptive, &st), want, "adaptive");
+}
+
+TEST(SchedulerSpec, EveryRequestGetsThePlainBitsWhileDraftsAreKeptAndRefusedOnTiny) {
+  CheckSpecKeepsTheBits(TinyPreparedDir(), 6, {1, 3, 6}, {0, 4});
+}
+
+TEST(SchedulerSpec, EveryRequestGetsThePlainBitsWhileDraftsAreKeptAndRefusedOnSmall) {
+  CheckSpecKeepsTheBits(SmallPreparedDir(), 4, {4}, {0});
+}
+
+// Two slots, four requests: A ends at a stop id inside a kept draft, B's callback stops it inside
+// another, while C speculates beside them; D waits and takes a freed slot. Each has its plain
+// run's ids and bits and its reason.
+TEST(SchedulerSpec, RequestsEndingInsideADraftFreeTheirSlotWhileOthersSpeculate) {
+  std::unique_ptr<Engine> e = OpenSpec(TinyPreparedDir(), 40, 4);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<Spec> specs;
+  for (int i = 0; i < 4; ++i) {
+    Spec s;
+    s.prompt = Prompt(3 + i, static_cast<uint32_t>(90 + i), V);
+    s.max_tokens = 16;
+    specs.push_back(s);
+  }
+  // A stops at the first id of its run (from index 2) that did not occur before.
+  const Solo a_long = Alone(e.get(), specs[0]);
+  const int64_t at = FirstNew(a_long.ids, 2);
+  ASSERT_GE(at, 2) << "no usable stop id in A's run";
+  specs[0].stop_ids = {a_long.ids[static_cast<size_t>(at)]};
+  std::vector<Solo> want;
+  std::vector<Drafter> drafters;
+  for (const Spec& s : specs) {
+    want.push_back(Alone(e.get(), s));
+    drafters.push_back(FromTruth(want.back().ids, V, 0));  // every draft right: 5 tokens a pass
+  }
+  ASSERT_EQ(static_cast<int64_t>(want[0].ids.size()), at + 1);
+  std::vector<Outcome> out(specs.size());
+  SchedulerOptions o;
+  o.max_seqs = 2;
+  o.spec = 4;
+  o.spec_fixed = true;  // draft 4 whenever 4 are asked for
+  Scheduler sched(e.get(), o);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Request r = MakeRequest(specs[i], &out[i], V);
+    r.drafter = drafters[i];
+    if (i == 1) {  // B: its callback stops it at its 4th token, the 3rd of a 5-token pass
+      auto inner = r.on_token;
+      auto calls = std::make_shared<int>(0);
+      r.on_token = [inner, calls](int32_t t, const float* l) {
+        inner(t, l);
+        return ++*calls < 4;
+      };
+    }
+    ASSERT_TRUE(sched.Submit(std::move(r)).ok());
+  }
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  want[1].ids.resize(4);
+  want[1].logits.resize(static_cast<size_t>(4 * V));
+  ExpectSameAsAlone(out, want, "max_seqs 2, --spec 4");
+  EXPECT_EQ(out[0].result.reason, FinishReason::kStopId);
+  EXPECT_EQ(out[1].result.reason, FinishReason::kStopped);
+  EXPECT_EQ(out[2].result.reason, FinishReason::kLength);
+  EXPECT_EQ(out[3].result.reason, FinishReason::kLength);
+  for (const Outcome& x : out) {
+    EXPECT_GT(x.result.spec.accepted, 0);
+    // Several tokens a pass: the prompt's pass, then at most ceil((n − 1) / 5) decode passes.
+    const auto n = static_cast<int64_t>(x.run.ids.size());
+    EXPECT_LE(x.result.passes, 1 + (n - 1 + 4) / 5) << x.result.id;
+  }
+}
+
+// A sequence of 6 positions and a prompt of 4 under --spec 4: the draft is cut to the one
+// position left, and the request ends with kContext on the ids of a plain run of 3.
+TEST(SchedulerSpec, DraftsNeverRunPastTheContext) {
+  std::unique_ptr<Engine> e = OpenSpec(TinyPreparedDir(), 6, 4);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  Spec spec{Prompt(4, 6, V), 3, {}, {}, 0};
+  const Solo want = Alone(e.get(), spec);
+  spec.max_tokens = 10;
+  SchedulerOptions o;
+  o.spec = 4;
+  o.spec_fixed = true;
+  SchedulerStats st;
+  const std::vector<Outcome> out =
+      ScheduleDrafted(e.get(), {spec}, {FromTruth(want.ids, V, 0)}, o, &st);
+  EXPECT_EQ(out[0].result.reason, FinishReason::kContext);
+  EXPECT_EQ(out[0].run.ids, want.ids);
+  EXPECT_TRUE(SameBits(out[0].run.logits, want.logits));
+  EXPECT_EQ(st.spec_drafted, 1);
+  EXPECT_EQ(st.spec_accepted, 1);
 }
 
 }  // namespace

@@ -539,5 +539,72 @@ TEST(Server, SmallCompletionIdsEqualCli) {
   EXPECT_EQ(IdsOf(r), cli);
 }
 
+// --spec 4: four concurrent requests (greedy, greedy streamed, seeded sampled, and a chat under
+// response_format) get the ids of the same requests to a server without --spec; the greedy
+// ones are also the CLI's. Only the greedy ones may draft (the others decode without drafts).
+TEST(ServerSpec, ConcurrentRequestsGetTheIdsOfAServerWithoutSpec) {
+  std::vector<int32_t> repeated;
+  for (int i = 0; i < 3; ++i) repeated.insert(repeated.end(), kPrompt.begin(), kPrompt.end());
+  const std::vector<json> bodies = {
+      {{"prompt", Ids(repeated)}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}},
+      {{"prompt", Ids(kPrompt)}, {"max_tokens", 20}, {"temperature", 0}, {"ignore_eos", true},
+       {"stream", true}},
+      {{"prompt", Ids(kPrompt)}, {"max_tokens", 12}, {"temperature", 0.9}, {"top_k", 50},
+       {"seed", 42}, {"ignore_eos", true}},
+      {{"messages", {{{"role", "user"}, {"content", "Give me a JSON object."}}}},
+       {"max_tokens", 16}, {"temperature", 0}, {"reasoning_effort", "none"},
+       {"response_format", {{"type", "json_object"}}}},
+  };
+  auto serve = [&](std::vector<std::string> flags, std::string* metrics) {
+    ServerProcess s(Tiny(flags));
+    EXPECT_TRUE(s.WaitReady());
+    std::vector<std::vector<int32_t>> ids(bodies.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      clients.emplace_back([&, i] {
+        httplib::Client c = s.Client();
+        int status = 0;
+        std::string raw;
+        const bool chat = bodies[i].contains("messages");
+        const json r = PostJson(c, chat ? "/v1/chat/completions" : "/v1/completions", bodies[i],
+                                &status, &raw);
+        EXPECT_EQ(status, 200) << "request " << i << ": " << raw;
+        if (bodies[i].contains("stream")) {
+          ids[i] = IdsOf(ParseSse(raw).final_chunk);
+        } else if (r.contains("k3")) {
+          ids[i] = IdsOf(r);
+        }
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    httplib::Client c = s.Client();
+    auto m = c.Get("/metrics");
+    EXPECT_TRUE(m);
+    if (m) *metrics = m->body;
+    return ids;
+  };
+  std::string plain_metrics, spec_metrics;
+  const auto plain = serve({"--max-seqs", "4"}, &plain_metrics);
+  const auto spec = serve({"--max-seqs", "4", "--spec", "4"}, &spec_metrics);
+  ASSERT_EQ(plain.size(), spec.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_FALSE(plain[i].empty()) << "request " << i;
+    EXPECT_EQ(spec[i], plain[i]) << "request " << i;
+  }
+  std::string repeated_text;
+  for (int32_t id : repeated) {
+    repeated_text += (repeated_text.empty() ? "" : ",") + std::to_string(id);
+  }
+  EXPECT_EQ(plain[0], CliGeneratedIds({TinyPreparedDir(), "--ids", repeated_text, "--gen", "24",
+                                       "--ignore-eos"}));
+  EXPECT_EQ(plain[1], CliGeneratedIds({TinyPreparedDir(), "--ids", kPromptText, "--gen", "20",
+                                       "--ignore-eos"}));
+  EXPECT_EQ(MetricValue(plain_metrics, "k3_spec_drafted_tokens_total"), 0);
+  const double drafted = MetricValue(spec_metrics, "k3_spec_drafted_tokens_total");
+  const double accepted = MetricValue(spec_metrics, "k3_spec_accepted_tokens_total");
+  EXPECT_GE(drafted, accepted) << spec_metrics;
+  EXPECT_GE(MetricValue(spec_metrics, "k3_spec_verifications_total"), 0) << spec_metrics;
+}
+
 }  // namespace
 }  // namespace k3::run::testing

@@ -427,6 +427,11 @@ TEST(ServeFlags, RefusedWithExit2NamingTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--serve", "--ids", "1,2", "--no-floor"}, "--serve cannot be used with a prompt"},
       {{"--ids", "1,2", "--max-seqs", "2"}, "--max-seqs needs --batch or --serve"},
+      // --spec itself serves (server_e2e_test.cpp ServerSpec); these cannot.
+      {{"--serve", "--spec", "17", "--no-floor"}, "--spec 17: must be in [0, 16]"},
+      {{"--serve", "--spec-fixed", "--no-floor"}, "--spec-fixed needs --spec N"},
+      {{"--serve", "--spec", "2", "--spec-oracle", "1,2", "--no-floor"},
+       "--serve cannot be used with --spec-oracle"},
       {{"--web", "--ids", "1,2"}, "--web needs --serve"},
       {{"--serve", "--port", "0", "--ctx", "64", "--no-floor", "--api-key-file",
         "/nonexistent/key"},

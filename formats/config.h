@@ -128,6 +128,9 @@ std::string CanonicalConfigJson(const ModelConfig& c);
 // when experts_mxfp4), with every key the release has that the engine reads.
 // Pretty-printed (indent 2), keys in the release's (alphabetical) order, newline-terminated.
 std::string ReleasedConfigJson(const ModelConfig& c);
+// The same with the root "vision_config" of `vision` (formats/vision_config.h) when not null.
+struct VisionConfig;
+std::string ReleasedConfigJson(const ModelConfig& c, const VisionConfig* vision);
 
 // The double to hand a JSON writer for a float field: the shortest decimal that reads back as
 // exactly `f` through the reader's path (parse as double, then (float)), so written configs

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/config.h"
+#include "formats/vision_config.h"
 
 namespace k3 {
 namespace {
@@ -128,7 +129,9 @@ json TextConfig(const ModelConfig& c) {
 
 }  // namespace
 
-std::string ReleasedConfigJson(const ModelConfig& c) {
+std::string ReleasedConfigJson(const ModelConfig& c) { return ReleasedConfigJson(c, nullptr); }
+
+std::string ReleasedConfigJson(const ModelConfig& c, const VisionConfig* vision) {
   // nlohmann::json objects are std::maps, so keys come out sorted, which is the release's order.
   json root = json::object();
   root["architectures"] = json::array({"KimiK3ForConditionalGeneration"});
@@ -142,6 +145,7 @@ std::string ReleasedConfigJson(const ModelConfig& c) {
   if (c.media_placeholder_token_id != -1) {
     root["media_placeholder_token_id"] = c.media_placeholder_token_id;
   }
+  if (vision != nullptr) root["vision_config"] = json::parse(ReleasedVisionConfigJson(*vision));
   return root.dump(2) + "\n";
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/hex.h"
 #include "formats/manifest_json.h"
+#include "formats/vision_layout.h"
 
 namespace k3::prepared {
 namespace {
@@ -62,11 +63,11 @@ Status ValidateFiles(const Manifest& m, const std::string& source) {
     }
     if (!seen.insert(f.path).second) return Status::Invalid(where + ": listed twice");
     const bool known = f.path == kTrunkFile || f.path == kResidentFile ||
-                       f.path == kExpertsIndexFile ||
+                       f.path == kExpertsIndexFile || f.path == kVisionFile ||
                        StartsWith(f.path, std::string(kTokenizerDir) + "/");
     if (!known) {
       return Status::Invalid(where + ": not a file of the prepared format (trunk.bin, "
-                                     "resident.bin, experts.idx, tokenizer/*)");
+                                     "resident.bin, experts.idx, vision.bin, tokenizer/*)");
     }
   }
   for (std::string_view need : {kTrunkFile, kResidentFile, kExpertsIndexFile}) {
@@ -167,7 +168,7 @@ Status ValidateRegionBounds(const Manifest& m, const std::string& source) {
 // Whole-file regions: experts.idx and each tokenizer file is one region covering the file.
 Status ValidateWholeFileRegions(const Manifest& m, const std::string& source) {
   for (const FileEntry& f : m.files) {
-    if (f.path == kTrunkFile || f.path == kResidentFile) continue;
+    if (f.path == kTrunkFile || f.path == kResidentFile || f.path == kVisionFile) continue;
     const Region* r = m.FindRegion(f.path);
     if (r == nullptr || r->file != f.path || r->offset != 0 || r->length != f.size ||
         r->dtype != DType::kU8 || r->shape != std::vector<uint64_t>{f.size}) {
@@ -288,6 +289,58 @@ Status ValidateAgainstLayout(const Manifest& m, const std::string& source) {
                              std::to_string(want.layer) + " [" + std::to_string(want.offset) +
                              ", +" + std::to_string(want.length) + ")");
     }
+  }
+  return Status::Ok();
+}
+
+// vision.bin against "vision": listed exactly when the directory has a vision config, its regions
+// and size those BuildVisionLayout recomputes, the projector's width the text model's.
+Status ValidateVision(const Manifest& m, const std::string& source) {
+  std::vector<TensorSpec> tensors;
+  std::map<std::string_view, const Region*> vision_regions;
+  for (const Region& r : m.regions) {
+    if (r.file != kVisionFile) continue;
+    tensors.push_back(TensorSpec{r.name, r.dtype, r.shape});
+    vision_regions[r.name] = &r;
+  }
+  const FileEntry* file = m.FindFile(kVisionFile);
+  if (!m.vision) {
+    if (file != nullptr || !tensors.empty()) {
+      return Status::Invalid(source + ": vision.bin is listed but \"vision\" (its config) is "
+                                      "absent");
+    }
+    return Status::Ok();
+  }
+  if (file == nullptr) {
+    return Status::Invalid(source + ": \"vision\" is present but vision.bin is not listed in "
+                                    "files");
+  }
+  if (m.vision->text_hidden != m.config.hidden) {
+    return Status::Invalid(source + ": vision.text_hidden_size " +
+                           std::to_string(m.vision->text_hidden) + " differs from the text "
+                           "model's hidden_size " + std::to_string(m.config.hidden));
+  }
+  for (const TensorSpec& t : tensors) {
+    if (!IsVisionTensorName(t.name)) {
+      return Status::Invalid(source + ": region \"" + t.name + "\" in vision.bin is not a "
+                                      "vision tensor");
+    }
+  }
+  Result<VisionLayout> layout = BuildVisionLayout(*m.vision, tensors);
+  if (!layout.ok()) {
+    return Status::Invalid(source + ": vision.bin regions: " + layout.status().message());
+  }
+  for (const Region& want : layout->regions) {
+    const Region& got = *vision_regions.at(want.name);
+    if (got.offset != want.offset) {
+      return Status::Invalid(source + ": region \"" + want.name + "\" is at vision.bin offset " +
+                             std::to_string(got.offset) + ", the format places it at offset " +
+                             std::to_string(want.offset) + " (canonical order, 4096-aligned)");
+    }
+  }
+  if (file->size != layout->bytes) {
+    return Status::Invalid(source + ": files: vision.bin is " + std::to_string(file->size) +
+                           " bytes, the layout needs " + std::to_string(layout->bytes));
   }
   return Status::Ok();
 }
@@ -420,6 +473,7 @@ Status ValidateManifest(const Manifest& m, const std::string& source) {
   K3_RETURN_IF_ERROR(ValidateRegionBounds(m, source));
   K3_RETURN_IF_ERROR(ValidateWholeFileRegions(m, source));
   K3_RETURN_IF_ERROR(ValidateAgainstLayout(m, source));
+  K3_RETURN_IF_ERROR(ValidateVision(m, source));
   return ValidateExpertsIndexSize(m, source);
 }
 
@@ -442,6 +496,7 @@ Result<std::string> RenderManifest(const Manifest& m) {
   if (m.share) {
     doc["share"] = ojson{{"ranks", m.share->ranks}, {"rank", m.share->rank}, {"map", m.share->map}};
   }
+  if (m.vision) doc["vision"] = ojson::parse(CanonicalVisionConfigJson(*m.vision));
   doc["files"] = FileArray(m.files);
   doc["expert_files"] = FileArray(m.expert_files);
   ojson runs = ojson::array();
@@ -513,6 +568,10 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   }
   if (root.Has("share")) {
     K3_ASSIGN_OR_RETURN(m.share, ParseShare(root));
+  }
+  if (root.Has("vision")) {
+    K3_ASSIGN_OR_RETURN(const json* vision, root.Object("vision"));
+    K3_ASSIGN_OR_RETURN(m.vision, ParseCanonicalVisionConfig(vision->dump(), root.Path("vision")));
   }
   K3_ASSIGN_OR_RETURN(m.files, ParseFileArray(root, "files"));
   K3_ASSIGN_OR_RETURN(m.expert_files, ParseFileArray(root, "expert_files"));

@@ -24,9 +24,9 @@
 // object, so a hand-edited or stale config cannot slip through.
 //
 // Non-goals: hashing region bytes (k3verify --deep), writing regions (k3prep pack).
-// Evolution: unknown keys are rejected; any change bumps "version". "share" is the one optional
-// key of version 1: a reader older than it refuses a share's k3.json (unknown key), never
-// misreads one.
+// Evolution: unknown keys are rejected; any change bumps "version". "share" and "vision" are the
+// optional keys of version 1: a reader older than them refuses such a k3.json (unknown key),
+// never misreads one.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,7 @@
 #include "formats/expert_share.h"
 #include "formats/experts_index.h"
 #include "formats/prepared_layout.h"
+#include "formats/vision_config.h"
 
 namespace k3::prepared {
 
@@ -87,6 +88,10 @@ struct Manifest {
   // experts.idx records are absent). Absent for a full directory, and then not rendered, so a
   // full directory's k3.json is what it always was.
   std::optional<ExpertShare> share;
+  // k3.json "vision": the vision config (CanonicalVisionConfigJson) of a directory that carries
+  // the tower and projector in vision.bin (formats/vision_layout.h); absent for a text-only
+  // directory, and then not rendered.
+  std::optional<VisionConfig> vision;
 
   const FileEntry* FindFile(std::string_view path) const;
   const Region* FindRegion(std::string_view name) const;

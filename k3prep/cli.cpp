@@ -40,7 +40,8 @@ void PrintSummary(const synth::SynthOptions& o, const synth::SynthResult& r) {
       " tensors in " + std::to_string(l.shards.size()) + " shards, " +
       Gb(l.total_file_bytes) + " (trunk " + Gb(l.trunk_bytes) + ", " +
       std::to_string(l.expert_count) + " experts of " + std::to_string(l.bytes_per_expert) +
-      " bytes = " + Gb(l.expert_bytes) + ", embed + lm_head " + Gb(l.embed_lm_head_bytes) + ")";
+      " bytes = " + Gb(l.expert_bytes) + ", embed + lm_head " + Gb(l.embed_lm_head_bytes) +
+      (l.vision ? ", vision " + Gb(l.vision_bytes) : std::string(", no vision")) + ")";
   LogInfo(text);
   if (o.dry_run) {
     LogInfo("wrote " + JoinPath(o.out, "layout.json"));
@@ -65,8 +66,8 @@ void AddSynth(CLI::App* app, SynthFlags* f, OutputOptions* out) {
   cmd->add_option("--seed", o.seed, "generator seed; the same seed gives byte-identical files")
       ->default_val(0);
   cmd->add_option("--shards", o.shards,
-                  "pack consecutive layers into N shards (default: one per layer plus one "
-                  "model-level shard)")
+                  "pack consecutive units into N shards (default: one per layer, one "
+                  "model-level shard, then the projector's and the vision tower's)")
       ->check(AtLeast(1));
   cmd->add_option("--small-dtype", f->small_dtype,
                   "dtype of every small vector: mixed (the release: F32 for A_log, dt_bias, conv, "
@@ -77,6 +78,9 @@ void AddSynth(CLI::App* app, SynthFlags* f, OutputOptions* out) {
                   "--set full_attn_layers=4,8,13 (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+  cmd->add_flag("--no-vision", [&o](int64_t) { o.vision = false; },
+                "leave out the vision tower and projector (a text-only checkpoint: n_layers + 1 "
+                "shards, no vision_config)");
   cmd->add_flag("--dry-run", o.dry_run, "write only DIR/layout.json (names, dtypes, shapes, "
                                         "shards, byte ranges); no weights");
   AddOutputFlags(cmd, out);

@@ -9,6 +9,7 @@
 #include "formats/mxfp4.h"
 #include "formats/prepared_layout.h"
 #include "formats/tensor_fixture.h"
+#include "formats/vision_layout.h"
 
 namespace k3::verify {
 namespace {
@@ -132,7 +133,8 @@ Result<std::optional<TensorRef>> TensorDir::ExpertRef(int layer, int expert, int
 Result<std::optional<TensorRef>> TensorDir::FindPreparedRaw(const std::string& name) const {
   const prepared::Manifest& m = prepared_->manifest;
   const prepared::Region* r = m.FindRegion(name);
-  if (r != nullptr && (r->file == prepared::kTrunkFile || r->file == prepared::kResidentFile)) {
+  if (r != nullptr && (r->file == prepared::kTrunkFile || r->file == prepared::kResidentFile ||
+                       r->file == prepared::kVisionFile)) {
     return std::optional<TensorRef>(
         TensorRef{name, false, r->dtype, r->shape,
                   {TensorPiece{JoinPath(prepared_->dir, r->file), r->offset, r->length}}});
@@ -196,8 +198,11 @@ std::vector<TensorRef> TensorDir::All(uint64_t* skipped) const {
   *skipped = 0;
   if (prepared_) {
     for (const prepared::Region& r : prepared_->manifest.regions) {
-      if (r.file != prepared::kTrunkFile && r.file != prepared::kResidentFile) continue;
-      out.push_back(**FindPreparedRaw(r.name));  // a trunk/resident region: always found
+      if (r.file != prepared::kTrunkFile && r.file != prepared::kResidentFile &&
+          r.file != prepared::kVisionFile) {
+        continue;
+      }
+      out.push_back(**FindPreparedRaw(r.name));  // a trunk/resident/vision region: always found
     }
     const prepared::ExpertsIndex& idx = prepared_->experts;
     for (uint32_t layer = idx.first_moe_layer; layer < idx.n_layers; ++layer) {
@@ -213,7 +218,7 @@ std::vector<TensorRef> TensorDir::All(uint64_t* skipped) const {
   }
   for (const auto& loc : checkpoint_->All()) {
     const std::string& name = loc.tensor->name;
-    if (name.rfind("language_model.", 0) != 0) {
+    if (name.rfind("language_model.", 0) != 0 && !IsVisionTensorName(name)) {
       ++*skipped;
       continue;
     }

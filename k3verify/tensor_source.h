@@ -57,9 +57,9 @@ class TensorDir {
   // form what was asked (an MXFP4 pair with inconsistent shapes), or when a share's tensor is an
   // expert another rank's share holds.
   Result<std::optional<TensorRef>> Find(const std::string& name, bool mxfp4) const;
-  // Every tensor as --emit records it: language-model tensors only (a prepared directory holds
-  // nothing else), MXFP4 pairs as one entry; a share's experts only those it holds. `skipped`
-  // counts checkpoint tensors left out.
+  // Every tensor as --emit records it: language-model and vision tensors (vision.bin in a
+  // prepared directory), MXFP4 pairs as one entry; a share's experts only those it holds.
+  // `skipped` counts checkpoint tensors left out (names of neither part).
   std::vector<TensorRef> All(uint64_t* skipped) const;
 
  private:

@@ -213,7 +213,7 @@ std::string RenderTensorsText(const TensorsReport& r) {
                 static_cast<unsigned long long>(r.tensors), static_cast<double>(r.bytes) / 1e9,
                 r.seconds,
                 r.skipped ? (", " + std::to_string(r.skipped) +
-                             " tensors outside language_model.* skipped").c_str()
+                             " tensors outside the language model and the vision part skipped").c_str()
                           : "");
   out += line;
   out += r.emit.empty() ? "fixture: " + r.fixtures + "\n" : "";

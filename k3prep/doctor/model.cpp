@@ -5,6 +5,8 @@
 #include "formats/download_manifest.h"
 #include "formats/expert_share.h"
 #include "formats/prepared_manifest.h"
+#include "formats/vision_layout.h"
+#include "k3prep/doctor/budget.h"
 
 namespace k3::prep {
 
@@ -31,6 +33,20 @@ std::string ModelShape(const ModelConfig& c) {
   return std::to_string(c.n_layers) + " layers, hidden " + std::to_string(c.hidden) + ", " +
          std::to_string(c.n_experts) + " experts × " + std::to_string(c.n_moe_layers()) +
          " MoE layers, top-" + std::to_string(c.topk);
+}
+
+// vision.bin as pack would write it (BF16, as released), 0 without a vision_config.
+uint64_t CheckpointVisionBytes(Env* env, const std::string& dir) {
+  Result<std::string> text = ReadFileToString(env, JoinPath(dir, kConfigFile), kMaxConfigBytes);
+  if (!text.ok()) return 0;
+  Result<std::optional<VisionConfig>> v = ParseVisionConfig(*text, kConfigFile);
+  if (!v.ok() || !v->has_value()) return 0;
+  std::vector<prepared::TensorSpec> tensors;
+  for (const VisionTensor& t : VisionTensors(**v)) {
+    tensors.push_back(prepared::TensorSpec{t.name, DType::kBF16, t.shape});
+  }
+  Result<prepared::VisionLayout> layout = prepared::BuildVisionLayout(**v, tensors);
+  return layout.ok() ? layout->bytes : 0;
 }
 
 void InspectPrepared(Env* env, const std::string& dir, ModelReport* m) {
@@ -63,8 +79,11 @@ void InspectPrepared(Env* env, const std::string& dir, ModelReport* m) {
   for (const prepared::FileEntry& f : p->manifest.files) {
     if (f.path == prepared::kTrunkFile) z.trunk_file = f.size;
     if (f.path == prepared::kResidentFile) z.resident_file = f.size;
+    if (f.path == prepared::kVisionFile) z.vision_file = f.size;
     if (f.path.rfind(std::string(prepared::kTokenizerDir) + "/", 0) == 0) z.tokenizer_bytes += f.size;
   }
+  m->summary += p->manifest.vision ? "; vision tower and projector " + DecimalGb(z.vision_file)
+                                   : std::string("; no vision");
   // A share's k3.json is this one with "share" added and its own expert file list: close enough.
   Result<uint64_t> json = env->FileSize(JoinPath(dir, std::string(prepared::kManifestFile)));
   z.manifest_bytes = (json.ok() ? *json : 0) + 4096;
@@ -90,6 +109,9 @@ void InspectCheckpoint(Env* env, const std::string& dir, ModelReport* m) {
   }
   m->floor = FloorOfLayout(*layout, *c);
   ModelSizes z = SizesOfLayout(*c, *layout, "the checkpoint's tensors");
+  z.vision_file = CheckpointVisionBytes(env, dir);
+  m->summary += z.vision_file ? "; vision tower and projector " + DecimalGb(z.vision_file)
+                              : std::string("; no vision");
   for (const char* name : {"tiktoken.model", "tokenizer_config.json"}) {
     Result<uint64_t> size = env->FileSize(JoinPath(dir, name));
     if (size.ok()) z.tokenizer_bytes += *size;

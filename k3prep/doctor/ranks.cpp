@@ -11,13 +11,14 @@
 namespace k3::prep {
 namespace {
 
-// The share directory `k3prep split` writes for experts [begin, end): the whole trunk, resident
-// and tokenizer files, the share's expert files, experts.idx (every record, absent or not),
+// The share directory `k3prep split` writes for experts [begin, end): the whole trunk, resident,
+// vision and tokenizer files, the share's expert files, experts.idx (every record, absent or not),
 // k3.json and k3.sum.
 uint64_t ShareDiskBytes(const ModelSizes& m, int begin, int end) {
   const ModelConfig& c = m.config;
   const prepared::ExpertPlan ep = prepared::PlanShareExperts(c, begin, end);
-  uint64_t bytes = m.trunk_file + m.resident_file + m.tokenizer_bytes + m.manifest_bytes + 50;
+  uint64_t bytes = m.trunk_file + m.resident_file + m.vision_file + m.tokenizer_bytes +
+                   m.manifest_bytes + 50;
   for (uint64_t f : ep.file_sizes) bytes += f;
   const uint64_t records = uint64_t(std::max(0, c.n_moe_layers())) * uint64_t(std::max(0, c.n_experts));
   return bytes + prepared::ExpertsIndexFileSize(ep.files, records);

@@ -32,6 +32,7 @@ struct ModelSizes {
   ModelConfig config;
   uint64_t trunk_file = 0;       // trunk.bin
   uint64_t resident_file = 0;    // resident.bin
+  uint64_t vision_file = 0;      // vision.bin (0: no vision part)
   uint64_t tokenizer_bytes = 0;  // tokenizer files (copied into every share)
   uint64_t manifest_bytes = 0;   // a share's k3.json (exact for a prepared DIR, else estimated)
   std::string basis;             // where the sizes come from, for the report

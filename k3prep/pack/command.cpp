@@ -37,6 +37,9 @@ class PackApp : public CLI::App {
                "dir (L*n_experts+e) mod n)")
         ->delimiter(',')
         ->type_name("DIR1,DIR2,...");
+    add_flag("--no-vision", [this](int64_t) { opts.vision = false; },
+             "leave out the vision tower and projector: a text-only PREPARED (k3run then "
+             "refuses --image with \"no vision\")");
     add_flag("--resume", opts.resume,
              "continue an interrupted pack: finished parts are re-verified by hash and kept");
     add_option("--jobs", opts.jobs, "1: read, hash and write in turn; 2+: read ahead in a "

@@ -33,6 +33,10 @@ Result<prepared::Manifest> AssembleManifest(const ModelConfig& c,
   m.files = {
       prepared::FileEntry{std::string(prepared::kTrunkFile), parts.layout->trunk_bytes},
       prepared::FileEntry{std::string(prepared::kResidentFile), parts.layout->resident_bytes}};
+  if (parts.vision) {
+    m.vision = parts.vision;
+    m.files.push_back(prepared::FileEntry{std::string(prepared::kVisionFile), parts.vision_bytes});
+  }
   m.files.insert(m.files.end(), parts.small_files.begin(), parts.small_files.end());
   m.expert_files = *parts.expert_files;
   m.runs = parts.layout->runs;
@@ -60,7 +64,7 @@ Result<prepared::PreparedDir> PreparedForTensors(const ModelConfig& c,
   p.experts = MakeExpertsIndex(c, expert_files, records);
   const std::string idx_name(prepared::kExpertsIndexFile);
   const std::string idx_bytes = prepared::EncodeExpertsIndex(p.experts);
-  ManifestParts parts{&layout, &regions, &expert_files, {}, {}};
+  ManifestParts parts{&layout, &regions, &expert_files, {}, {}, {}, 0};
   parts.small_regions.push_back(pack_internal::WholeFileRegion(idx_name, idx_bytes));
   parts.small_files.push_back(prepared::FileEntry{idx_name, idx_bytes.size()});
   // No checkpoint and no shard; k3.json requires an absolute model_dir_abs, the root stands in.

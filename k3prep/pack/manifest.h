@@ -10,6 +10,7 @@
 // Thread safety: plain functions.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ManifestParts {
   const std::vector<prepared::FileEntry>* expert_files = nullptr;  // experts.idx path table
   std::vector<prepared::Region> small_regions;                 // experts.idx, tokenizer files
   std::vector<prepared::FileEntry> small_files;                // the same files
+  std::optional<VisionConfig> vision;                          // with vision.bin (its regions are
+  uint64_t vision_bytes = 0;                                   // in `regions`, after resident)
 };
 
 // experts.idx of a pack: header fields from the config, the path table, the records.

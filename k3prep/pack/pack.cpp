@@ -213,7 +213,8 @@ Result<PackResult> RunPack(Env* env, const PackOptions& opts) {
   for (const Stream& st : plan.streams) {
     if (!st.final_path.empty()) finals.push_back(st.final_path);
   }
-  ManifestParts parts{&plan.layout, &plan.regions, &plan.expert_files, {}, {}};
+  ManifestParts parts{&plan.layout, &plan.regions, &plan.expert_files, {}, {}, plan.vision,
+                      plan.vision_layout.bytes};
   K3_RETURN_IF_ERROR(WriteSmallFiles(env, o, plan, &stats, &finals, &parts));
   K3_ASSIGN_OR_RETURN(result.manifest, MakeManifest(o, plan, parts));
   K3_RETURN_IF_ERROR(Publish(env, o, result.manifest, finals, dirs, journal_path));

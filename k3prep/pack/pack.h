@@ -74,6 +74,9 @@ struct PackOptions {
   // Copy mode only; relative dirs are made absolute (the manifest records absolute paths).
   std::vector<std::string> stripe_dirs;
   bool resume = false;
+  // Carry the vision tower and projector (vision.bin) when config.json has a vision_config;
+  // false (--no-vision) makes a text-only directory of a checkpoint with or without them.
+  bool vision = true;
   int jobs = 2;  // 1: read, hash and write in one thread; ≥ 2: reader thread + hash/write thread
   ProgressMode progress = ProgressMode::kNone;
   // Size of one read/hash/write window. Tests lower it to exercise window boundaries.

@@ -38,6 +38,53 @@ Status ResolveExpertsMxfp4(const st::CheckpointIndex& index, const std::string& 
   return ValidateMxfp4Dims(*c, config_path + " (experts are U8, so MXFP4)");
 }
 
+// vision.bin: one unit per tensor (its padding included), like resident.bin.
+template <typename PieceFor>
+void PlanVision(Plan* plan, const PieceFor& piece_for, const std::string& out) {
+  const prepared::VisionLayout& layout = plan->vision_layout;
+  Stream vision;
+  vision.final_path = JoinPath(out, std::string(prepared::kVisionFile));
+  vision.size = layout.bytes;
+  vision.label = "vision";
+  const size_t base = plan->regions.size();
+  for (const prepared::Region& r : layout.regions) plan->regions.push_back(r);
+  for (size_t i = 0; i < layout.regions.size(); ++i) {
+    const int32_t id = static_cast<int32_t>(base + i);
+    Unit u;
+    u.stream = plan->streams.size();
+    u.begin = layout.regions[i].offset;
+    u.end = i + 1 < layout.regions.size() ? layout.regions[i + 1].offset : vision.size;
+    u.regions.push_back(id);
+    vision.pieces.push_back(piece_for(id));
+    vision.units.push_back(plan->units.size());
+    plan->units.push_back(std::move(u));
+  }
+  plan->streams.push_back(std::move(vision));
+}
+
+// The vision part: carried when config.json has a vision_config (and not --no-vision); then
+// every vision tensor must be in the checkpoint with the config's shapes.
+Status ResolveVision(Env* env, const PackOptions& o, const st::CheckpointIndex& index,
+                     const std::string& config_path, Plan* plan) {
+  if (!o.vision) return Status::Ok();
+  K3_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(env, config_path, kMaxConfigBytes));
+  K3_ASSIGN_OR_RETURN(plan->vision, ParseVisionConfig(text, config_path));
+  if (!plan->vision) return Status::Ok();
+  if (plan->vision->text_hidden != plan->config.hidden) {
+    return Status::Invalid(config_path + ": vision_config.text_hidden_size " +
+                           std::to_string(plan->vision->text_hidden) +
+                           " differs from hidden_size " + std::to_string(plan->config.hidden));
+  }
+  Result<prepared::VisionLayout> layout =
+      prepared::BuildVisionLayout(*plan->vision, prepared::TensorsOf(index));
+  if (!layout.ok()) {
+    return Status::Invalid(o.model_dir + ": " + layout.status().message() +
+                           " (pack --no-vision makes a text-only directory)");
+  }
+  plan->vision_layout = std::move(layout).value();
+  return Status::Ok();
+}
+
 // Trunk: one unit per layer run; resident: one unit per tensor (its padding included).
 void PlanTensors(const st::CheckpointIndex& index, Plan* plan,
                  const std::map<std::string, uint32_t>& src_ids, const std::string& out) {
@@ -94,6 +141,7 @@ void PlanTensors(const st::CheckpointIndex& index, Plan* plan,
     plan->units.push_back(std::move(u));
   }
   plan->streams.push_back(std::move(resident));
+  if (plan->vision) PlanVision(plan, piece_for, out);
 }
 
 // Link mode: records point into the shards; each expert must be one canonical run.
@@ -266,6 +314,7 @@ Result<Plan> MakePlan(Env* env, const PackOptions& o, const std::vector<std::str
   Result<prepared::Layout> layout = prepared::BuildLayout(plan.config, prepared::TensorsOf(index));
   if (!layout.ok()) return layout.status().WithContext(o.model_dir);
   plan.layout = std::move(layout).value();
+  K3_RETURN_IF_ERROR(ResolveVision(env, o, index, config_path, &plan));
   plan.expert_bytes = prepared::ExpertBytes(plan.config);
   plan.records.resize(static_cast<size_t>(plan.config.n_moe_layers()) *
                       static_cast<size_t>(plan.config.n_experts));

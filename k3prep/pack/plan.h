@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "formats/experts_index.h"
 #include "formats/prepared_layout.h"
 #include "formats/prepared_manifest.h"
+#include "formats/vision_layout.h"
 #include "k3prep/pack/pack.h"
 
 namespace k3::prep::pack_internal {
@@ -58,11 +60,14 @@ struct Stream {
 struct Plan {
   ModelConfig config;
   prepared::Layout layout;
+  std::optional<VisionConfig> vision;  // set when vision.bin is written
+  prepared::VisionLayout vision_layout;
   std::vector<std::string> sources;       // shard paths
   std::vector<uint64_t> source_sizes;     // shard file sizes
   std::vector<Stream> streams;
   std::vector<Unit> units;
-  std::vector<prepared::Region> regions;  // trunk then resident (manifest order), hashes filled by packing
+  std::vector<prepared::Region> regions;  // trunk, resident, then vision (manifest order), hashes
+                                          // filled by packing
   std::vector<prepared::ExpertRecord> records;
   std::vector<bool> expert_hashed;
   std::vector<prepared::FileEntry> expert_files;  // experts.idx path table with sizes

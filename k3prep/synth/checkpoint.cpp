@@ -132,11 +132,20 @@ Result<ModelConfig> ResolveSynthConfig(const SynthOptions& opts) {
   return c;
 }
 
+Result<std::optional<VisionConfig>> ResolveSynthVision(const SynthOptions& opts,
+                                                       const ModelConfig& text) {
+  if (!opts.vision) return std::optional<VisionConfig>();
+  K3_ASSIGN_OR_RETURN(VisionConfig v, PresetVision(opts.preset, text.hidden));
+  return std::optional<VisionConfig>(v);
+}
+
 Result<SynthResult> RunSynth(Env* env, const SynthOptions& opts) {
   if (opts.out.empty()) return Status::Invalid("--out DIR is required");
   K3_ASSIGN_OR_RETURN(ModelConfig config, ResolveSynthConfig(opts));
-  K3_ASSIGN_OR_RETURN(Layout layout, BuildLayout(env, config, opts.small, opts.shards));
-  const std::string config_json = ReleasedConfigJson(config);
+  K3_ASSIGN_OR_RETURN(const std::optional<VisionConfig> vision, ResolveSynthVision(opts, config));
+  const VisionConfig* v = vision ? &*vision : nullptr;
+  K3_ASSIGN_OR_RETURN(Layout layout, BuildLayout(env, config, opts.small, opts.shards, v));
+  const std::string config_json = ReleasedConfigJson(config, v);
   SynthResult result;
 
   if (opts.dry_run) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct SynthOptions {
   uint64_t seed = 0;
   int shards = 0;  // 0: one per layer plus the model-level shard
   SmallDType small = SmallDType::kMixed;
+  bool vision = true;  // the vision tower and projector (false: --no-vision, text only)
   std::vector<std::string> sets;  // "key=value" config overrides
   bool dry_run = false;
   ProgressMode progress = ProgressMode::kNone;
@@ -43,6 +45,10 @@ struct SynthResult {
 
 // The config a run would use: preset, then --set overrides, validated.
 Result<ModelConfig> ResolveSynthConfig(const SynthOptions& opts);
+
+// The vision config a run would use (nullopt with --no-vision), for `text` the resolved config.
+Result<std::optional<VisionConfig>> ResolveSynthVision(const SynthOptions& opts,
+                                                       const ModelConfig& text);
 
 // Runs synth. Exit-code categories: kInvalid for bad options/overrides or an --out holding
 // foreign shards, kIo for "not enough disk" and write failures.

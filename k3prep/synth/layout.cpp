@@ -77,6 +77,11 @@ class Builder {
     }
   }
 
+  // The release's shard 95: the projector (proj.0, proj.2, post_norm).
+  void Projector(const VisionConfig& v) { Vision(v, VisionPart::kProjector); }
+  // The release's shard 96: the tower.
+  void Tower(const VisionConfig& v) { Vision(v, VisionPart::kTower); }
+
   void ModelLevel() {
     const uint64_t E = U(c_.hidden), V = U(c_.vocab);
     // §6.2: the embedding is N(0, 0.02) whatever the width (its rows are read, not multiplied).
@@ -109,6 +114,25 @@ class Builder {
     DType t = DType::kBF16;
     if (small_ == SmallDType::kF32 || (small_ == SmallDType::kMixed && wide)) t = DType::kF32;
     Add(std::move(name), t, std::move(shape), init);
+  }
+
+  // Matrices N(0, 0.02) scaled by fan-in like the text matrices (the patch embedding's fan-in
+  // is 3·14·14 = 588), norm gains near 1 (dtype by --small-dtype, as the text norms), the
+  // position grid N(0, 0.02) (read, not multiplied).
+  void Vision(const VisionConfig& v, VisionPart part) {
+    for (VisionTensor& t : VisionTensors(v)) {
+      if (t.part != part) continue;
+      if (t.shape.size() == 1) {  // norm gains: small vectors, BF16 in the mixed plan
+        Small(std::move(t.name), std::move(t.shape), Gain(), false);
+      } else if (t.name == "vision_tower.patch_embed.pos_emb.weight") {
+        Add(std::move(t.name), DType::kBF16, std::move(t.shape), Flat(kMatrixStd));
+      } else {
+        uint64_t fan_in = 1;
+        for (size_t i = 1; i < t.shape.size(); ++i) fan_in *= t.shape[i];
+        Add(std::move(t.name), DType::kBF16, std::move(t.shape),
+            Normal(kMatrixStd, static_cast<int64_t>(fan_in), kTinyHidden));
+      }
+    }
   }
 
   void Kda(const std::string& p) {
@@ -216,14 +240,20 @@ std::string LayerPrefix(int layer) {
   return "language_model.model.layers." + std::to_string(layer) + ".";
 }
 
-Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small, int shards) {
-  const int units = config.n_layers + 1;
+Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small, int shards,
+                           const VisionConfig* vision) {
+  const int units = config.n_layers + 1 + (vision != nullptr ? 2 : 0);
   if (shards == 0) shards = units;
   if (shards < 1 || shards > units) {
     return Status::Invalid("--shards " + std::to_string(shards) + " is out of range: a " +
                            std::to_string(config.n_layers) + "-layer model has " +
-                           std::to_string(units) + " units (layers + the model-level tensors); "
-                           "choose 1.." + std::to_string(units));
+                           std::to_string(units) + " units (layers + the model-level tensors" +
+                           (vision != nullptr ? " + the projector + the vision tower" : "") +
+                           "); choose 1.." + std::to_string(units));
+  }
+  if (vision != nullptr && vision->text_hidden != config.hidden) {
+    return Status::Invalid("vision text_hidden_size " + std::to_string(vision->text_hidden) +
+                           " differs from hidden_size " + std::to_string(config.hidden));
   }
   if (config.moe_inter % mxfp4::kGroupSize != 0 || config.latent % mxfp4::kGroupSize != 0) {
     return Status::Invalid("moe_intermediate_size " + std::to_string(config.moe_inter) +
@@ -232,6 +262,7 @@ Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small
   }
   Layout out;
   out.config = config;
+  if (vision != nullptr) out.vision = *vision;
   out.small = small;
   out.shards.resize(static_cast<size_t>(shards));
   Builder b(config, small);
@@ -246,8 +277,12 @@ Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small
     sp.last_unit = u;
     if (u < config.n_layers) {
       b.Layer(u);
-    } else {
+    } else if (u == config.n_layers) {
       b.ModelLevel();
+    } else if (u == config.n_layers + 1) {
+      b.Projector(*vision);
+    } else {
+      b.Tower(*vision);
     }
     for (size_t i = before; i < b.tensors.size(); ++i) {
       TensorPlan& t = b.tensors[i];
@@ -283,6 +318,8 @@ Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small
   for (const TensorPlan& t : out.tensors) {
     if (t.part != ExpertPart::kNone) {
       out.expert_bytes += t.nbytes;
+    } else if (IsVisionTensorName(t.name)) {
+      out.vision_bytes += t.nbytes;
     } else if (t.layer >= 0) {
       out.trunk_bytes += t.nbytes;
     } else if (t.name == "language_model.model.embed_tokens.weight" ||

@@ -6,15 +6,16 @@
 // (contiguous), then its experts 0..n−1, each expert's six tensors contiguous in canonical order
 // (w1.packed, w1.scale, w2.packed, w2.scale, w3.packed, w3.scale); then one shard with the
 // model-level tensors (embed_tokens, lm_head, norm, output_attn_res_norm, output_attn_res_proj).
-// That is n_layers + 1 "units". `--shards N` (1 ≤ N ≤ n_layers + 1) packs consecutive units into
-// N shards, unit u going to shard ⌊u·N / (n_layers+1)⌋: the model-level unit is always last, so it
-// shares the last shard with the last layer(s) unless N = n_layers + 1 (the default).
+// That is n_layers + 1 "units", + 2 with vision (the projector, then the tower, as released).
+// `--shards N` (1 ≤ N ≤ units) packs consecutive units into N shards, unit u going to shard
+// ⌊u·N / units⌋, so the last units share a shard unless N = units (the default).
 // Shard names: model-%05d-of-%06d.safetensors, one-based, as released.
 //
 // Thread safety: a Layout is immutable after BuildLayout; share it freely.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "common/status.h"
 #include "formats/config.h"
 #include "formats/dtype.h"
+#include "formats/vision_config.h"
 
 namespace k3::synth {
 
@@ -59,7 +61,7 @@ struct TensorPlan {
   uint64_t nbytes = 0;
   uint64_t begin = 0;  // offset in the shard's data section (safetensors "data_offsets"[0])
   uint32_t shard = 0;  // index into Layout::shards
-  int32_t layer = -1;  // zero-based layer, −1 for model-level tensors
+  int32_t layer = -1;  // zero-based layer, −1 for model-level and vision tensors
   int32_t expert = -1;
   ExpertPart part = ExpertPart::kNone;
   Init init;
@@ -72,12 +74,14 @@ struct ShardPlan {
   uint64_t data_bytes = 0;
   uint64_t file_size = 0;    // header included (from st::Writer::FileSize)
   uint64_t data_offset = 0;  // file offset of the data section = file_size − data_bytes
-  int first_unit = 0;        // units are layers 0..n_layers−1, then n_layers = model-level
+  int first_unit = 0;        // units are layers 0..n_layers−1, then n_layers = model-level,
+                             // then (with vision) the projector and the tower
   int last_unit = 0;
 };
 
 struct Layout {
   ModelConfig config;
+  std::optional<VisionConfig> vision;  // absent: a text-only checkpoint (--no-vision)
   SmallDType small = SmallDType::kMixed;
   std::vector<TensorPlan> tensors;  // file order: shard by shard, data order
   std::vector<ShardPlan> shards;
@@ -89,11 +93,16 @@ struct Layout {
   uint64_t expert_count = 0;
   uint64_t bytes_per_expert = 0;
   uint64_t embed_lm_head_bytes = 0;
+  uint64_t vision_bytes = 0;  // the tower and the projector
 };
 
-// Computes the layout. `shards` = 0 means n_layers + 1. `env` is only used to size shard
+// Computes the layout. `vision` adds the release's two vision units after the model-level one:
+// the projector (mm_projector.*, the release's shard 95) and the tower (vision_tower.*, shard
+// 96), so the default is n_layers + 3 shards, 96 for the full preset. `shards` = 0 means one per
+// unit. `env` is only used to size shard
 // headers through st::Writer (nothing is written). kInvalid naming --shards when out of range.
-Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small, int shards);
+Result<Layout> BuildLayout(Env* env, const ModelConfig& config, SmallDType small, int shards,
+                           const VisionConfig* vision = nullptr);
 
 // The canonical tensor name prefix of layer L: "language_model.model.layers.L.".
 std::string LayerPrefix(int layer);

@@ -1,5 +1,7 @@
 #include "k3prep/synth/manifests.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "formats/json_listing.h"
@@ -11,7 +13,8 @@ using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 ojson ShardJson(const ShardPlan& sp, int n_layers) {
-  const bool model_level = sp.last_unit == n_layers;
+  // Units: layers 0..n_layers−1, the model-level tensors (n_layers), then the vision units.
+  const bool model_level = sp.first_unit <= n_layers && sp.last_unit >= n_layers;
   const bool has_layers = sp.first_unit < n_layers;
   ojson j;
   j["name"] = sp.name;
@@ -20,8 +23,9 @@ ojson ShardJson(const ShardPlan& sp, int n_layers) {
   j["data_bytes"] = sp.data_bytes;
   j["tensor_count"] = sp.tensor_count;
   j["first_layer"] = has_layers ? ojson(sp.first_unit) : ojson(nullptr);
-  j["last_layer"] = has_layers ? ojson(model_level ? n_layers - 1 : sp.last_unit) : ojson(nullptr);
+  j["last_layer"] = has_layers ? ojson(std::min(sp.last_unit, n_layers - 1)) : ojson(nullptr);
   j["model_level"] = model_level;
+  j["vision"] = sp.last_unit > n_layers;
   return j;
 }
 
@@ -67,6 +71,7 @@ std::string LayoutJson(const Layout& layout, const std::string& preset, uint64_t
   totals["expert_count"] = layout.expert_count;
   totals["bytes_per_expert"] = layout.bytes_per_expert;
   totals["embed_lm_head_bytes"] = layout.embed_lm_head_bytes;
+  totals["vision_bytes"] = layout.vision_bytes;
   totals["tensor_count"] = layout.tensors.size();
   ojson shards = ojson::array();
   for (const ShardPlan& sp : layout.shards) shards.push_back(ShardJson(sp, layout.config.n_layers));

@@ -156,6 +156,36 @@ Result<ModelConfig> PresetConfig(std::string_view preset) {
   return c;
 }
 
+Result<VisionConfig> PresetVision(std::string_view preset, int text_hidden) {
+  VisionConfig v = VisionConfig::Released();
+  // Scaled like the text presets: few blocks and a small position grid for the fixtures (an
+  // image larger than the grid exercises the interpolation), the released block count from bench.
+  struct Dims { const char* name; int hidden, inter, heads, qkv, layers, grid; };
+  static constexpr Dims kScaled[] = {
+      {"tiny", 64, 128, 2, 64, 2, 8},
+      {"small", 128, 256, 2, 128, 3, 16},
+      {"bench", 256, 1024, 4, 256, 27, 64},
+  };
+  if (preset != "full") {
+    const Dims* d = nullptr;
+    for (const Dims& k : kScaled) {
+      if (preset == k.name) d = &k;
+    }
+    if (d == nullptr) {
+      return Status::Invalid("--preset '" + std::string(preset) +
+                             "' is not a preset; choose tiny, small, bench or full");
+    }
+    v.hidden = d->hidden;
+    v.inter = d->inter;
+    v.heads = d->heads;
+    v.qkv = d->qkv;
+    v.layers = d->layers;
+    v.pos_h = v.pos_w = d->grid;
+  }
+  v.text_hidden = text_hidden;
+  return v;
+}
+
 Result<ModelConfig> ApplyOverrides(const ModelConfig& base, const std::vector<std::string>& sets) {
   if (sets.empty()) return base;
   json doc = json::parse(ReleasedConfigJson(base));

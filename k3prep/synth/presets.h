@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "formats/config.h"
+#include "formats/vision_config.h"
 
 namespace k3::synth {
 
@@ -23,6 +24,10 @@ const std::vector<int>& ReleasedFullAttnLayers();
 // "tiny" | "small" | "bench" | "full"; kInvalid naming --preset otherwise. Token ids are set
 // from the vocabulary (SetSpecialIds), experts are MXFP4 with group size 32.
 Result<ModelConfig> PresetConfig(std::string_view preset);
+
+// The preset's vision tower and projector (docs/SYNTH.md "Vision"): scaled with the preset, the
+// released dimensions for "full". `text_hidden` is the text model's hidden size (after --set).
+Result<VisionConfig> PresetVision(std::string_view preset, int text_hidden);
 
 // bos = V−256, eos = V−254, pad = V−1, media = V−235 (DESIGN.md §8).
 void SetSpecialIds(ModelConfig* c);

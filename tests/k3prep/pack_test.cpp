@@ -18,8 +18,10 @@
 #include "formats/download_manifest.h"
 #include "formats/prepared_manifest.h"
 #include "formats/safetensors.h"
+#include "formats/vision_config.h"
 #include "k3prep/pack/command.h"
 #include "k3prep/synth/checkpoint.h"
+#include "k3prep/synth/presets.h"
 #include "tests/support/fault_env.h"
 #include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
@@ -86,7 +88,7 @@ void CheckAgainstSource(const std::string& prepared, const std::string& model) {
   for (const prepared::Region& r : p->manifest.regions) {
     const std::string got = ReadRange(JoinPath(prepared, r.file), r.offset, r.length);
     std::string want;
-    if (r.file == "trunk.bin" || r.file == "resident.bin") {
+    if (r.file == "trunk.bin" || r.file == "resident.bin" || r.file == "vision.bin") {
       want = SourceTensor(*idx, r.name);
       ++tensor_regions;
     } else if (r.file.rfind("tokenizer/", 0) == 0) {
@@ -97,9 +99,11 @@ void CheckAgainstSource(const std::string& prepared, const std::string& model) {
     ASSERT_EQ(got, want) << "region " << r.name;
     EXPECT_EQ(r.xxh3_128, Xxh3_128(want.data(), want.size())) << "region " << r.name;
   }
-  // Every non-expert language-model tensor is a region.
+  // Every non-expert tensor is a region (the vision ones in vision.bin).
   size_t non_expert = 0;
   for (const auto& loc : idx->All()) {
+    // Vision tensors are carried only when the config has a vision_config.
+    if (IsVisionTensorName(loc.tensor->name) && !p->manifest.vision) continue;
     if (loc.tensor->name.find(".experts.") == std::string::npos) ++non_expert;
   }
   EXPECT_EQ(tensor_regions, non_expert);
@@ -122,7 +126,7 @@ void CheckAgainstSource(const std::string& prepared, const std::string& model) {
 
 // Files that exist only when a pack finished.
 const char* const kFinalNames[] = {"k3.json", "k3.sum", "trunk.bin", "resident.bin",
-                                   "experts.idx"};
+                                   "experts.idx", "vision.bin"};
 
 void ExpectNoFinalNames(const std::string& out) {
   for (const char* name : kFinalNames) {
@@ -567,12 +571,13 @@ TEST_F(PackTiny, ResumeAfterEnospcIsIdenticalAndReusesFinishedUnits) {
   o.resume = true;
   Result<PackResult> r = RunPack(D(), o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  // Trunk (13 runs) + resident (5) + experts of layers 1..6 (48) finished before layer 7 failed;
-  // of layer 7, only experts whose bytes and padding fit in 3 windows (2 x 8192 each, padded).
-  const uint64_t finished_before = 13 + 5 + 6 * 8;
+  // Trunk (13 runs) + resident (5) + vision (18 tensors: 2 blocks x 6, 3 tower, 3 projector) +
+  // experts of layers 1..6 (48) finished before layer 7 failed; of layer 7, only experts whose
+  // bytes and padding fit in 3 windows (2 x 8192 each, padded).
+  const uint64_t finished_before = 13 + 5 + 18 + 6 * 8;
   EXPECT_GE(r->stats.units_reused, finished_before);
   EXPECT_LT(r->stats.units_reused, r->stats.units_total);
-  EXPECT_EQ(r->stats.units_total, 13u + 5u + 12u * 8u);
+  EXPECT_EQ(r->stats.units_total, 13u + 5u + 18u + 12u * 8u);
   EXPECT_GT(r->stats.regions_reused, 0u);
   EXPECT_GE(r->stats.experts_reused, 6u * 8u);
   EXPECT_EQ(HashTree(out), HashTree(ref));
@@ -669,6 +674,119 @@ TEST_F(PackTiny, CheckpointWithoutTokenizerPacksWithoutTokenizerDir) {
   EXPECT_FALSE(fs::exists(JoinPath(out, "tokenizer")));
   for (const prepared::Region& reg : r->manifest.regions) EXPECT_NE(reg.file.rfind("tokenizer/", 0), 0u);
   CheckAgainstSource(out, model.path());
+}
+
+// ---- vision.bin ----
+
+TEST_F(PackTiny, VisionTowerAndProjectorGoToVisionBinInCanonicalOrder) {
+  const std::string out = tmp_.Join("p");
+  Result<PackResult> r = RunPack(D(), Opts(Model(), out));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const prepared::Manifest& m = r->manifest;
+  ASSERT_TRUE(m.vision.has_value());
+  EXPECT_EQ(m.vision->text_hidden, m.config.hidden);
+  const std::vector<VisionTensor> want = VisionTensors(*m.vision);
+  std::vector<const prepared::Region*> got;
+  for (const prepared::Region& reg : m.regions) {
+    if (reg.file == "vision.bin") got.push_back(&reg);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]->name, want[i].name);
+    EXPECT_EQ(got[i]->offset % 4096, 0u) << want[i].name;
+    EXPECT_EQ(got[i]->shape, want[i].shape);
+  }
+  const prepared::FileEntry* f = m.FindFile("vision.bin");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->size, fs::file_size(JoinPath(out, "vision.bin")));
+  CheckAgainstSource(out, Model());  // every vision byte equals the shards' (and its hash)
+}
+
+TEST_F(PackTiny, NoVisionMakesATextOnlyDirectoryThatOpens) {
+  const std::string out = tmp_.Join("p");
+  PackOptions o = Opts(Model(), out);
+  o.vision = false;
+  Result<PackResult> r = RunPack(D(), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->manifest.vision.has_value());
+  EXPECT_FALSE(fs::exists(JoinPath(out, "vision.bin")));
+  for (const prepared::Region& reg : r->manifest.regions) EXPECT_NE(reg.file, "vision.bin");
+  CheckAgainstSource(out, Model());
+}
+
+TEST_F(PackTiny, VisionConfigWithoutVisionTensorsIsRefusedNamingTheTensor) {
+  TempDir model;
+  synth::SynthOptions so;
+  so.preset = "tiny";
+  so.out = model.path();
+  so.vision = false;  // shards without the vision part ...
+  ASSERT_TRUE(synth::RunSynth(D(), so).ok());
+  Result<ModelConfig> c = synth::ResolveSynthConfig(so);
+  ASSERT_TRUE(c.ok());
+  Result<VisionConfig> v = synth::PresetVision("tiny", c->hidden);
+  ASSERT_TRUE(v.ok());
+  // ... under a config.json that has a vision_config.
+  ASSERT_TRUE(WriteFileAtomic(D(), model.Join("config.json"), ReleasedConfigJson(*c, &*v)).ok());
+  const std::string out = tmp_.Join("p");
+  Result<PackResult> r = RunPack(D(), Opts(model.path(), out));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalid);
+  EXPECT_NE(r.status().message().find("vision_tower.patch_embed.proj.weight: missing"),
+            std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("--no-vision"), std::string::npos);
+  ExpectNoFinalNames(out);
+  PackOptions o = Opts(model.path(), out);
+  o.vision = false;
+  ASSERT_TRUE(RunPack(D(), o).ok());  // the way out the message names
+}
+
+TEST_F(PackTiny, ManifestVisionRulesAreChecked) {
+  const std::string out = tmp_.Join("p");
+  Result<PackResult> r = RunPack(D(), Opts(Model(), out));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(prepared::ValidateManifest(r->manifest, "k3.json").ok());
+  const auto first_vision = [](prepared::Manifest* m) {
+    for (prepared::Region& reg : m->regions) {
+      if (reg.file == "vision.bin") return &reg;
+    }
+    return static_cast<prepared::Region*>(nullptr);
+  };
+  {  // a region moved off the canonical offset
+    prepared::Manifest m = r->manifest;
+    prepared::Region* reg = first_vision(&m);
+    ASSERT_NE(reg, nullptr);
+    reg->offset += 64;
+    const Status s = prepared::ValidateManifest(m, "k3.json");
+    EXPECT_NE(s.message().find("the format places it at offset 0"), std::string::npos) << s.ToString();
+  }
+  {  // vision.bin without its config
+    prepared::Manifest m = r->manifest;
+    m.vision.reset();
+    const Status s = prepared::ValidateManifest(m, "k3.json");
+    EXPECT_NE(s.message().find("vision.bin is listed but \"vision\""), std::string::npos)
+        << s.ToString();
+  }
+  {  // a config whose blocks do not match the regions
+    prepared::Manifest m = r->manifest;
+    m.vision->layers += 1;
+    const Status s = prepared::ValidateManifest(m, "k3.json");
+    EXPECT_NE(s.message().find("vision_tower.encoder.blocks.2.norm0.weight: missing"),
+              std::string::npos) << s.ToString();
+  }
+  {  // a projector for another text width
+    prepared::Manifest m = r->manifest;
+    m.vision->text_hidden = 256;
+    const Status s = prepared::ValidateManifest(m, "k3.json");
+    EXPECT_NE(s.message().find("vision.text_hidden_size 256 differs"), std::string::npos)
+        << s.ToString();
+  }
+  // The manifest round-trips through its text with the vision key.
+  Result<std::string> text = prepared::RenderManifest(r->manifest);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("\"vision\": {"), std::string::npos);
+  Result<prepared::Manifest> back = prepared::ParseManifest(*text, "k3.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->vision, r->manifest.vision);
 }
 
 TEST_F(PackTiny, SubcommandParsesFlagsAndPacks) {

@@ -36,13 +36,16 @@ json ReleasedIndex() {
   return nlohmann::json::parse(text);
 }
 
+// The preset's layout with its vision part (synth's default) unless `vision` is false.
 Layout MustLayout(const std::string& preset, SmallDType small = SmallDType::kMixed,
-                  int shards = 0, std::vector<std::string> sets = {}) {
+                  int shards = 0, std::vector<std::string> sets = {}, bool vision = true) {
   Result<ModelConfig> base = PresetConfig(preset);
   EXPECT_TRUE(base.ok()) << base.status().ToString();
   Result<ModelConfig> c = ApplyOverrides(*base, sets);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
-  Result<Layout> l = BuildLayout(Env::Default(), *c, small, shards);
+  Result<VisionConfig> v = PresetVision(preset, c->hidden);
+  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  Result<Layout> l = BuildLayout(Env::Default(), *c, small, shards, vision ? &*v : nullptr);
   EXPECT_TRUE(l.ok()) << l.status().ToString();
   return std::move(l).value();
 }
@@ -66,15 +69,17 @@ Layout* FullLayout::layout_ = nullptr;
 
 TEST_F(FullLayout, PerShardTensorCountsAreTheReleasedOnes) {
   const Layout& l = *layout_;
-  ASSERT_EQ(l.shards.size(), 94u);
-  EXPECT_EQ(l.shards.front().name, "model-00001-of-000094.safetensors");
-  EXPECT_EQ(l.shards.back().name, "model-00094-of-000094.safetensors");
+  ASSERT_EQ(l.shards.size(), 96u);
+  EXPECT_EQ(l.shards.front().name, "model-00001-of-000096.safetensors");
+  EXPECT_EQ(l.shards.back().name, "model-00096-of-000096.safetensors");
   EXPECT_EQ(l.shards[0].tensor_count, 23u);
   for (int L = 1; L < 93; ++L) {
     const size_t want = l.config.is_mla(L) ? 5398u : 5404u;
     EXPECT_EQ(l.shards[static_cast<size_t>(L)].tensor_count, want) << "layer " << L;
   }
   EXPECT_EQ(l.shards[93].tensor_count, 5u);
+  EXPECT_EQ(l.shards[94].tensor_count, 3u);    // the projector
+  EXPECT_EQ(l.shards[95].tensor_count, 165u);  // the tower: 27 blocks × 6 + 3
   EXPECT_EQ(l.shards[1].tensor_count, 5404u);  // layer 1: KDA
   EXPECT_EQ(l.shards[3].tensor_count, 5398u);  // layer 3: MLA
 }
@@ -98,11 +103,10 @@ TEST_F(FullLayout, EmbedPlusLmHeadIs4_70GB) {
 TEST_F(FullLayout, NameSetAndShardOfEveryTensorMatchTheReleasedIndex) {
   const json released = ReleasedIndex();
   ASSERT_TRUE(released.contains("weight_map"));
-  // Released shard number of every text tensor (drop vision_tower.* and mm_projector.*).
+  // Released shard number of every tensor, the vision tower and projector included.
   std::map<std::string, int> want;
   const std::regex shard_re("model-(\\d+)-of-(\\d+)\\.safetensors");
   for (const auto& [name, shard] : released["weight_map"].items()) {
-    if (name.rfind("language_model.", 0) != 0) continue;
     std::smatch m;
     const std::string s = shard.get<std::string>();
     ASSERT_TRUE(std::regex_match(s, m, shard_re)) << s;
@@ -184,7 +188,8 @@ TEST_F(FullLayout, ExpertShapesFollowModelMd) {
 TEST(SynthPresets, BenchIs18_8GBWithExpertsOf208896Bytes) {
   const Layout l = MustLayout("bench");
   EXPECT_EQ(l.bytes_per_expert, 208896u);
-  EXPECT_NEAR(static_cast<double>(l.total_file_bytes) / 1e9, 18.8, 0.05);
+  EXPECT_NEAR(static_cast<double>(l.total_file_bytes - l.vision_bytes) / 1e9, 18.8, 0.05);
+  EXPECT_NEAR(static_cast<double>(l.vision_bytes) / 1e9, 0.049, 0.001);
   EXPECT_NEAR(static_cast<double>(l.expert_bytes) / 1e9, 17.22, 0.005);
   EXPECT_NEAR(static_cast<double>(l.trunk_bytes) / 1e9, 1.05, 0.005);
   EXPECT_NEAR(static_cast<double>(l.embed_lm_head_bytes) / 1e9, 0.50, 0.005);
@@ -193,7 +198,7 @@ TEST(SynthPresets, BenchIs18_8GBWithExpertsOf208896Bytes) {
 TEST(SynthPresets, SmallIsAbout280MBWithExpertsOf26112Bytes) {
   const Layout l = MustLayout("small");
   EXPECT_EQ(l.bytes_per_expert, 26112u);
-  EXPECT_EQ(l.shards.size(), 94u);
+  EXPECT_EQ(l.shards.size(), 96u);
   EXPECT_NEAR(static_cast<double>(l.total_file_bytes) / 1e6, 280, 20);
   EXPECT_EQ(l.config.full_attn_layers, ReleasedFullAttnLayers());
 }
@@ -329,7 +334,7 @@ TEST(SynthShards, GroupsConsecutiveLayersModelLevelInTheLastShard) {
     }
   }
   EXPECT_EQ(l.shards[0].first_unit, 0);
-  EXPECT_EQ(l.shards[2].last_unit, 13);
+  EXPECT_EQ(l.shards[2].last_unit, 15);  // 13 layers, model-level, projector, tower
   EXPECT_EQ(l.shards[1].first_unit, l.shards[0].last_unit + 1);
 }
 
@@ -347,6 +352,71 @@ TEST(SynthShards, MoreShardsThanUnitsIsRejectedNamingTheFlag) {
   EXPECT_EQ(l.status().code(), Code::kInvalid);
   EXPECT_NE(l.status().message().find("--shards 15"), std::string::npos);
   EXPECT_NE(l.status().message().find("1..14"), std::string::npos);
+  Result<VisionConfig> v = PresetVision("tiny", c->hidden);
+  ASSERT_TRUE(v.ok());
+  l = BuildLayout(Env::Default(), *c, SmallDType::kMixed, 17, &*v);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("1..16"), std::string::npos) << l.status().ToString();
+  EXPECT_NE(l.status().message().find("the vision tower"), std::string::npos);
+}
+
+// ---- vision (shards n_layers + 2 and + 3, as released) ----
+
+TEST(SynthVision, FullPresetVisionTensorsHaveTheReleasedShapes) {
+  const Layout l = MustLayout("full");
+  ASSERT_TRUE(l.vision.has_value());
+  struct Want { const char* name; std::vector<uint64_t> shape; };
+  const Want wants[] = {
+      {"vision_tower.patch_embed.proj.weight", {1024, 3, 14, 14}},
+      {"vision_tower.patch_embed.pos_emb.weight", {64, 64, 1024}},
+      {"vision_tower.encoder.blocks.26.wqkv.weight", {4608, 1024}},
+      {"vision_tower.encoder.blocks.26.wo.weight", {1024, 1536}},
+      {"vision_tower.encoder.blocks.0.mlp.fc0.weight", {4096, 1024}},
+      {"vision_tower.encoder.blocks.0.mlp.fc1.weight", {1024, 4096}},
+      {"vision_tower.encoder.blocks.0.norm0.weight", {1024}},
+      {"vision_tower.encoder.final_layernorm.weight", {1024}},
+      {"mm_projector.proj.0.weight", {4096, 4096}},
+      {"mm_projector.proj.2.weight", {7168, 4096}},
+      {"mm_projector.post_norm.weight", {7168}},
+  };
+  for (const Want& w : wants) {
+    const TensorPlan* t = FindTensor(l, w.name);
+    ASSERT_NE(t, nullptr) << w.name;
+    EXPECT_EQ(t->dtype, DType::kBF16) << w.name;
+    EXPECT_EQ(t->shape, w.shape) << w.name;
+  }
+  EXPECT_EQ(FindTensor(l, "vision_tower.encoder.blocks.27.wo.weight"), nullptr);
+  // ~0.45 B parameters in BF16 (spec/VISION-AND-TOOLS.md: the tower is ~0.4-0.5 B).
+  EXPECT_EQ(l.vision_bytes, VisionBf16Bytes(*l.vision));
+  EXPECT_NEAR(static_cast<double>(l.vision_bytes) / 2e9, 0.447, 0.01);
+}
+
+TEST(SynthVision, ScaledPresetsFollowTheTextWidthAndNoVisionDropsTwoShards) {
+  for (const char* preset : {"tiny", "small", "bench"}) {
+    const Layout l = MustLayout(preset);
+    ASSERT_TRUE(l.vision.has_value()) << preset;
+    EXPECT_EQ(l.vision->text_hidden, l.config.hidden) << preset;
+    const TensorPlan* proj = FindTensor(l, "mm_projector.proj.2.weight");
+    ASSERT_NE(proj, nullptr) << preset;
+    EXPECT_EQ(proj->shape[0], static_cast<uint64_t>(l.config.hidden)) << preset;
+    EXPECT_EQ(l.shards.size(), static_cast<size_t>(l.config.n_layers + 3)) << preset;
+    const Layout text = MustLayout(preset, SmallDType::kMixed, 0, {}, /*vision=*/false);
+    EXPECT_FALSE(text.vision.has_value());
+    EXPECT_EQ(text.shards.size(), static_cast<size_t>(l.config.n_layers + 1)) << preset;
+    EXPECT_EQ(text.vision_bytes, 0u);
+    EXPECT_EQ(text.tensors.size() + VisionTensors(*l.vision).size(), l.tensors.size());
+  }
+}
+
+TEST(SynthVision, TextHiddenMismatchIsRefused) {
+  Result<ModelConfig> c = PresetConfig("tiny");
+  ASSERT_TRUE(c.ok());
+  Result<VisionConfig> v = PresetVision("tiny", c->hidden + 32);
+  ASSERT_TRUE(v.ok());
+  Result<Layout> l = BuildLayout(Env::Default(), *c, SmallDType::kMixed, 0, &*v);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("text_hidden_size 160 differs from hidden_size 128"),
+            std::string::npos) << l.status().ToString();
 }
 
 // ---- --set overrides ----
@@ -449,7 +519,12 @@ TEST(SynthDryRun, LayoutJsonListsEveryTensorWithItsByteRange) {
   EXPECT_EQ(doc["format"], "k3-synth-layout");
   const Layout& l = r->layout;
   ASSERT_EQ(doc["tensors"].size(), l.tensors.size());
-  ASSERT_EQ(doc["shards"].size(), 14u);
+  ASSERT_EQ(doc["shards"].size(), 16u);  // 13 layers, the model-level shard, projector, tower
+  EXPECT_FALSE(doc["shards"][13]["vision"].get<bool>());
+  EXPECT_TRUE(doc["shards"][13]["model_level"].get<bool>());
+  EXPECT_TRUE(doc["shards"][14]["vision"].get<bool>());
+  EXPECT_TRUE(doc["shards"][15]["vision"].get<bool>());
+  EXPECT_EQ(doc["totals"]["vision_bytes"].get<uint64_t>(), r->layout.vision_bytes);
   // Data of every shard is covered contiguously by its tensors, ending at data_bytes.
   std::map<std::string, uint64_t> next;
   for (const json& t : doc["tensors"]) {

@@ -30,7 +30,7 @@
 namespace k3::test {
 
 // Bump when the way a fixture is built changes (what is packed, pack options).
-inline constexpr int kFixtureVersion = 1;
+inline constexpr int kFixtureVersion = 2;  // 2: vision shards and vision.bin
 
 struct FixtureSpec {
   std::string preset = "tiny";

@@ -25,6 +25,8 @@
 #include "k3run/app/logits_dump.h"
 #include "k3run/app/prepared_path.h"
 #include "k3run/engine/generate.h"
+#include "k3run/engine/image_input.h"
+#include "k3run/engine/vision_encoder.h"
 #include "k3run/engine/speculation.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/mpi/scale_out.h"
@@ -181,7 +183,71 @@ namespace {
 struct PromptInput {
   std::vector<int32_t> ids;
   std::string text;
+  // --image: the images (preprocessed), the tower that encodes them, what encoding cost.
+  std::vector<ImageInput> images;
+  std::unique_ptr<VisionEncoder> vision;
+  ImageStats image_stats;
+  int64_t largest_image_tokens() const {
+    int64_t n = 0;
+    for (const ImageInput& i : images) n = std::max(n, i.tokens());
+    return n;
+  }
 };
+
+// --image with --prompt / --prompt-file: the prompt becomes one user message (the images, then
+// the text) rendered by the chat template with the generation prompt, so the model answers
+// about the images (docs/VISION.md "CLI"). Each image is read and checked before any pass.
+Status ResolveImagePrompt(const Engine& engine, const RunOptions& o, PromptInput* in) {
+  if (o.chat) {
+    return Status::Invalid("--image is for --prompt and --prompt-file; in --chat, attach an "
+                           "image to your next message with /image FILE");
+  }
+  if (!o.ids.empty()) {
+    return Status::Invalid("--image needs --prompt or --prompt-file (the ids of --ids cannot "
+                           "say where an image goes)");
+  }
+  if (!o.load_state.empty()) {
+    return Status::Invalid("--image cannot be combined with --load-state: the state file does "
+                           "not carry image rows");
+  }
+  K3_ASSIGN_OR_RETURN(in->vision, VisionEncoder::Open(Env::Default(), engine.prepared()));
+  for (const std::string& path : o.images) {
+    K3_ASSIGN_OR_RETURN(ImageInput image, LoadImageFile(Env::Default(), path));
+    if (o.ctx && image.tokens() >= *o.ctx) {
+      return Status::Invalid("--image " + path + ": the image needs " +
+                             std::to_string(image.tokens()) + " tokens (" +
+                             std::to_string(image.patches.grid.grid_w) + "x" +
+                             std::to_string(image.patches.grid.grid_h) + " patches / 4), more "
+                             "than --ctx " + std::to_string(*o.ctx) + " holds; raise --ctx or "
+                             "use a smaller image");
+    }
+    in->images.push_back(std::move(image));
+  }
+  K3_ASSIGN_OR_RETURN(const ChatTemplate chat,
+                      ChatTemplate::Create(engine.tokenizer(), engine.prepared().dir));
+  ChatMessage user;
+  user.role = "user";
+  user.content = in->text;
+  for (const ImageInput& image : in->images) user.images.push_back(ChatImageOf(image, 0));
+  TemplateOptions t;
+  t.thinking = !o.no_think;
+  if (o.effort) t.effort = *o.effort;
+  K3_RETURN_IF_ERROR(ValidateEffort(t.effort));
+  K3_ASSIGN_OR_RETURN(in->ids, chat.RenderChecked({user}, t, /*generation_prompt=*/true));
+  const auto P = static_cast<int64_t>(in->ids.size());
+  if (o.ctx && P + o.gen > *o.ctx) {
+    std::string which;
+    for (const ImageInput& image : in->images) {
+      which += (which.empty() ? "" : ", ") + image.name + " (" + std::to_string(image.tokens()) +
+               " image tokens)";
+    }
+    return Status::Invalid("--ctx " + std::to_string(*o.ctx) + ": the prompt with --image " +
+                           which + " is " + std::to_string(P) + " ids, + --gen " +
+                           std::to_string(o.gen) + " needs " + std::to_string(P + o.gen) +
+                           " positions; raise --ctx or use smaller images");
+  }
+  return Status::Ok();
+}
 
 // Phase 1: everything that needs no weights.
 Result<kernels::Isa> SetUpKernels(const RunOptions& o) {
@@ -250,7 +316,9 @@ Result<int64_t> ResolvePrompt(const Engine& engine, const RunOptions& o, PromptI
                            " has no tokenizer/tiktoken.model and tokenizer_config.json: pack "
                            "a checkpoint that has them, or give --ids");
   }
-  if (!o.chat && o.ids.empty()) {
+  if (!o.images.empty()) {
+    K3_RETURN_IF_ERROR(ResolveImagePrompt(engine, o, in));
+  } else if (!o.chat && o.ids.empty()) {
     // Prompts from the user's own text may name special tokens (the upstream default).
     in->ids = engine.tokenizer()->Encode(in->text, /*allow_special=*/true);
     if (in->ids.empty()) {
@@ -311,8 +379,9 @@ PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
 // Phase 3: the memory plan, before anything large is allocated. `held`: positions a loaded
 // state brings. Chat without --ctx takes the largest default context the plan allows.
 Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, int64_t held,
-               bool lines) {
+               bool lines, uint64_t vision_bytes = 0) {
   PlanOptions po = PlanOptionsFor(o, io, lines);
+  po.vision_bytes = vision_bytes;
   if (o.cache_policy) {
     K3_ASSIGN_OR_RETURN(po.budget.policy, ParseCachePolicy(*o.cache_policy));
     if (!po.budget.any()) {
@@ -516,10 +585,11 @@ std::string StopReason(const RunOptions& o, const PromptRun& run, bool stopped_b
 }
 
 // Phase 4: generate, streaming the bytes to stdout as they are decided.
-Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
-                           const std::vector<int32_t>& prompt, uint64_t seed, bool terminal,
+Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o, PromptInput* input,
+                           uint64_t seed, bool terminal,
                            const std::function<Status(std::string_view)>& out,
                            const CliConstraint& constraint) {
+  const std::vector<int32_t>& prompt = input->ids;
   const tok::Tokenizer* tokenizer = engine->tokenizer();
   const int64_t vocab = engine->config().vocab;
   std::unique_ptr<LogitsDump> dump;
@@ -559,6 +629,14 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o,
   };
   std::unique_ptr<Sequence> seq = engine->NewSequence(o.sampling, seed, 0);
   if (!o.load_state.empty()) K3_RETURN_IF_ERROR(engine->LoadSequence(o.load_state, seq.get()));
+  if (!input->images.empty()) {
+    K3_ASSIGN_OR_RETURN(
+        std::vector<MediaSpan> spans,
+        EncodeImages(input->vision.get(), prompt, 0,
+                     static_cast<int32_t>(engine->config().media_placeholder_token_id),
+                     input->images, &input->image_stats));
+    K3_RETURN_IF_ERROR(engine->AttachMedia(seq.get(), std::move(spans)));
+  }
   K3_ASSIGN_OR_RETURN(seq->constraint(), constraint.Make());
   K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
   if (const auto* c = dynamic_cast<const GrammarConstraint*>(seq->constraint().get())) {
@@ -831,7 +909,9 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(const CliConstraint constraint,
                       LoadCliConstraint(env, engine->tokenizer(), o));
   K3_ASSIGN_OR_RETURN(int64_t held, HeldByState(env, *engine, o));
-  K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines));
+  K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines,
+                             input.vision ? input.vision->PlanBytes(input.largest_image_tokens())
+                                          : 0));
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
   PrefillProgress prefill(lines ? ResolvedProgressMode(o.output.progress) : ProgressMode::kNone,
                           engine->chunk(), [](std::string_view s) {
@@ -854,9 +934,12 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out, constraint);
   const bool terminal = !io.write_stdout && ::isatty(1) == 1;
   K3_ASSIGN_OR_RETURN(PromptRun run,
-                      Generate(engine.get(), env, o, input.ids, seed, terminal, out,
-                               constraint));
+                      Generate(engine.get(), env, o, &input, seed, terminal, out, constraint));
   RunReport r = BuildReport(*engine, o, isa, input.ids, run, bandwidths);
+  r.images = input.image_stats.images;
+  r.image_tokens = input.image_stats.tokens;
+  r.tower_seconds = input.image_stats.tower_seconds;
+  r.vision_load_seconds = input.image_stats.load_seconds;
   if (scale_out) r.scale_out = scale_out->Stats();
   return Report(env, *engine, o, r, trace.get(), lines);
 }
@@ -873,7 +956,12 @@ void AddPromptFlags(CLI::App* app, RunOptions* o) {
       "--prompt-file", [o](const std::string& v) { o->prompt_file = v; },
       "read the prompt text from PATH, or standard input for - (bytes verbatim; special tokens "
       "recognised)");
-  app->add_flag("--chat", o->chat, "interactive chat on stdin (/help, /reset, /exit)");
+  app->add_option("--image", o->images,
+                  "an image (PNG or JPEG) for --prompt/--prompt-file, repeatable: the prompt "
+                  "becomes one user message of the images then the text (docs/VISION.md)")
+      ->type_name("FILE")
+      ->allow_extra_args(false);
+  app->add_flag("--chat", o->chat, "interactive chat on stdin (/help, /reset, /exit, /image)");
   app->add_option_function<std::string>(
       "--system", [o](const std::string& v) { o->system = v; }, "chat: the system message");
   app->add_option("--history", o->history,

@@ -66,6 +66,8 @@ struct RunOptions {
   int64_t chunk = 0;              // --chunk: rows per pass of a long prompt (0: the plan's)
   std::string save_state;         // --save-state PATH
   std::string load_state;         // --load-state PATH
+  std::vector<std::string> images;  // --image FILE (repeatable): with --prompt/--prompt-file,
+                                    // one user message of the images then the text
   std::optional<std::string> batch;   // --batch FILE (- is stdin): JSONL requests (app/batch.h)
   std::optional<int64_t> max_seqs;    // --max-seqs: sequences held at once (--batch)
   int64_t gen = 16;               // chat: 2048 unless --gen is given

@@ -315,6 +315,10 @@ std::string RenderReportJson(const RunReport& r) {
       {"isa", r.isa},
       {"threads", r.threads},
       {"prompt_ids", r.prompt_ids},
+      {"images", json{{"count", r.images},
+                      {"tokens", r.image_tokens},
+                      {"tower_seconds", r.tower_seconds},
+                      {"weights_load_seconds", r.vision_load_seconds}}},
       {"generated_ids", r.generated_ids},
       {"generated_text",
        r.generated_bytes ? json(SanitizeUtf8(*r.generated_bytes)) : json(nullptr)},
@@ -332,6 +336,7 @@ std::string RenderReportJson(const RunReport& r) {
             {"sequences", r.plan.sequences},
             {"scratch_bytes", r.plan.scratch_bytes},
             {"weights_bytes", r.plan.weights_bytes},
+            {"vision_bytes", r.plan.vision_bytes},
             {"total_bytes", r.plan.total()}}},
       {"streaming", StreamingJson(r)},
       {"floor", FloorJson(r)},
@@ -421,6 +426,14 @@ std::string SummaryLine(const RunReport& r) {
                   prefill.seconds,
                   prefill.seconds > 0 ? double(prefill.tokens_in) / prefill.seconds : 0.0);
     out = buf;
+  }
+  if (r.images > 0) {
+    std::snprintf(buf, sizeof buf,
+                  " (%lld image%s: %lld image tokens, tower %.3f s, vision.bin read in %.3f s)",
+                  static_cast<long long>(r.images), r.images == 1 ? "" : "s",
+                  static_cast<long long>(r.image_tokens), r.tower_seconds,
+                  r.vision_load_seconds);
+    out += buf;
   }
   const size_t n = r.generated_ids.size();
   std::snprintf(buf, sizeof buf, "; generated %zu token%s", n, n == 1 ? "" : "s");

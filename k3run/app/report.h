@@ -45,6 +45,12 @@ struct RunReport {
   std::string isa;
   int threads = 0;
   std::vector<int32_t> prompt_ids;
+  // --image: images in the prompt, their rows (= <|media_pad|> positions), the towers' time and
+  // reading vision.bin (docs/VISION.md).
+  int64_t images = 0;
+  int64_t image_tokens = 0;
+  double tower_seconds = 0;
+  double vision_load_seconds = 0;
   std::vector<int32_t> generated_ids;
   std::optional<std::string> generated_bytes;  // raw; nullopt without a tokenizer
   bool stopped_by_id = false;

@@ -37,7 +37,47 @@ void State::Reset() {
   }
   pos = 0;
   invalid = false;
+  media.clear();
 }
+
+bool SameMediaPrefix(const std::vector<MediaSpan>& a, const std::vector<MediaSpan>& b,
+                     int64_t length) {
+  const auto in_prefix = [length](const std::vector<MediaSpan>& v) {
+    std::vector<const MediaSpan*> out;
+    for (const MediaSpan& s : v) {
+      if (s.first < length) out.push_back(&s);
+    }
+    return out;
+  };
+  const std::vector<const MediaSpan*> x = in_prefix(a), y = in_prefix(b);
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i]->first != y[i]->first || x[i]->rows != y[i]->rows || !(x[i]->id == y[i]->id)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// Replaces the embedding of every pad fed inside one of the segment's image spans by the
+// image's row (media.h). `h` holds the segment's rows, the first at position state->pos.
+void PlaceMediaRows(const Segment& seg, int32_t pad, int64_t E, float* h) {
+  if (seg.state->media.empty() || pad < 0) return;
+  for (int64_t i = 0; i < seg.n; ++i) {
+    if (seg.ids[i] != pad) continue;
+    const int64_t p = seg.state->pos + i;
+    for (const MediaSpan& s : seg.state->media) {
+      if (p < s.first || p >= s.first + s.rows) continue;
+      const float* row = s.data->data() + (p - s.first) * E;
+      std::copy(row, row + E, h + i * E);
+      break;
+    }
+  }
+}
+
+}  // namespace
 
 Model::Model(const ModelConfig& c, WeightSource* weights, int layers)
     : config_(c), dims_(DimsFromConfig(c)), weights_(weights), layers_(layers) {}
@@ -61,6 +101,11 @@ Status Model::Pass(std::span<const Segment> segments, float* logits) {
   // h [T][E]: the embedding rows (bf16 widened, no scaling; §3.2).
   std::vector<float> h(static_cast<size_t>(T * E));
   K3_RETURN_IF_ERROR(weights_->EmbeddingRows(ids.data(), T, h.data()));
+  const int32_t pad = static_cast<int32_t>(config_.media_placeholder_token_id);
+  for (int64_t first = 0; const Segment& seg : segments) {
+    PlaceMediaRows(seg, pad, E, h.data() + first * E);
+    first += seg.n;
+  }
   // Attention-residual snapshots of this pass only (never carried across passes, §7).
   ops::BlockStack blocks =
       ops::BlockStack::Make(T, E, config_.n_layers / config_.attn_res_block + 1);

@@ -20,6 +20,7 @@
 #include "k3run/ops/kda.h"
 #include "k3run/ops/layer.h"
 #include "k3run/ops/mla.h"
+#include "k3run/engine/media.h"
 #include "k3run/engine/remote_experts.h"
 #include "k3run/ops/moe.h"
 #include "k3run/weights/weights.h"
@@ -37,10 +38,13 @@ struct State {
   int64_t pos = 0;                 // positions already in the cache
   // Rows of this sequence were routed to an expert that could not be read (RUN INVALID).
   bool invalid = false;
+  // Images in this sequence (media.h), by position: their rows replace the pads' embeddings.
+  std::vector<MediaSpan> media;
 
   // `capacity`: positions the MLA caches hold (prompt + generated tokens fed back).
   static State Make(const ModelConfig& c, int layers, int64_t capacity);
-  // Back to the start of a sequence (zero KDA state, empty caches), keeping allocations.
+  // Back to the start of a sequence (zero KDA state, empty caches, no images), keeping
+  // allocations.
   void Reset();
 };
 

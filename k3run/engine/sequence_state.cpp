@@ -29,6 +29,10 @@ Status Engine::SaveSequence(const Sequence& seq, const std::string& path) const 
   if (seq.pending() > 0) {
     return Status::Invalid("--save-state: the sequence has rows not committed");
   }
+  if (!seq.media().empty()) {
+    return Status::Invalid("--save-state: the sequence holds images, whose rows the state file "
+                           "does not carry; save a text-only sequence");
+  }
   seqstate::SequenceState st;
   st.model = prepared_->manifest_hash;
   st.layers = static_cast<uint32_t>(layers_);

@@ -170,7 +170,7 @@ Status Engine::Plan(const PlanOptions& o) {
     return std::clamp<int64_t>(static_cast<int64_t>(std::min<uint64_t>(n, kDefaultMaxSeqs)), 1,
                                kDefaultMaxSeqs);
   };
-  uint64_t held = held_for(seqs);
+  uint64_t held = held_for(seqs) + o.vision_bytes;
   uint64_t weights_bytes = 0;
   int64_t chunk = 1;
   if (o.budget.any()) {
@@ -184,8 +184,8 @@ Status Engine::Plan(const PlanOptions& o) {
     const uint64_t limit = first.total > 0 ? first.total : avail;
     const uint64_t weights_min = first.total > 0 ? first.trunk_min + first.cache_min : first.bytes();
     if (o.sequences == 0) {
-      seqs = fitting(limit, weights_min);
-      held = held_for(seqs);
+      seqs = fitting(limit, weights_min + o.vision_bytes);
+      held = held_for(seqs) + o.vision_bytes;
     }
     const uint64_t room = limit > weights_min + held ? limit - weights_min - held : 0;
     chunk = ChooseChunk(c, o, room, threads);
@@ -209,13 +209,14 @@ Status Engine::Plan(const PlanOptions& o) {
     weights_bytes = ram->PlannedResidentBytes();
     owned_source_ = std::move(ram);
     if (o.sequences == 0) {
-      seqs = fitting(avail, weights_bytes);
-      held = held_for(seqs);
+      seqs = fitting(avail, weights_bytes + o.vision_bytes);
+      held = held_for(seqs) + o.vision_bytes;
     }
     const uint64_t room = avail > weights_bytes + held ? avail - weights_bytes - held : 0;
     chunk = ChooseChunk(c, o, room, threads);
   }
   plan_ = PlanMemory(c, layers_, o.positions, weights_bytes, chunk, threads, seqs, o.spec_rows);
+  plan_.vision_bytes = o.vision_bytes;
   max_tentative_rows_ = o.spec_rows + 1;
   if (streaming_plan_) plan_.budget = streaming_plan_->total;
   if (streaming_plan_ && events_) {
@@ -411,6 +412,7 @@ SequenceSnapshot Engine::Snapshot(const Sequence& seq) const {
   snap.state.kda = seq.state_.kda;
   snap.state.pos = seq.state_.pos;
   snap.state.invalid = seq.state_.invalid;
+  snap.state.media = seq.state_.media;  // shared rows: the cache compares their ids
   snap.state.mla.resize(seq.state_.mla.size());
   for (size_t L = 0; L < seq.state_.mla.size(); ++L) {
     const ops::MlaCache& from = seq.state_.mla[L];
@@ -445,7 +447,33 @@ Status Engine::Restore(const SequenceSnapshot& snap, Sequence* seq) const {
   }
   seq->state_.pos = snap.state.pos;
   seq->state_.invalid = snap.state.invalid;
+  seq->state_.media = snap.state.media;
   seq->tokens_ = snap.tokens;
+  return Status::Ok();
+}
+
+Status Engine::AttachMedia(Sequence* seq, std::vector<MediaSpan> spans) const {
+  const int32_t pad = static_cast<int32_t>(config_.media_placeholder_token_id);
+  const auto E = static_cast<size_t>(config_.hidden);
+  for (const MediaSpan& s : spans) {
+    const std::string where = "image rows at positions " + std::to_string(s.first) + ".." +
+                              std::to_string(s.first + s.rows - 1);
+    if (pad < 0) return Status::Invalid(where + ": config.json has no media_placeholder_token_id");
+    if (s.rows <= 0 || s.first < seq->length() || s.first + s.rows > seq->capacity_) {
+      return Status::Invalid(where + ": not inside the positions still to feed (" +
+                             std::to_string(seq->length()) + ".." +
+                             std::to_string(seq->capacity_ - 1) + ")");
+    }
+    if (s.data == nullptr || s.data->size() != static_cast<size_t>(s.rows) * E) {
+      return Status::Invalid(where + ": rows are not " + std::to_string(s.rows) + " x " +
+                             std::to_string(E) + " floats");
+    }
+    if (!seq->state_.media.empty()) {
+      const MediaSpan& last = seq->state_.media.back();
+      if (s.first < last.first + last.rows) return Status::Invalid(where + ": overlaps an image");
+    }
+    seq->state_.media.push_back(s);
+  }
   return Status::Ok();
 }
 

@@ -66,6 +66,8 @@ class Sequence {
   // is not the model's (RUN INVALID). Cleared by Reset.
   bool invalid() const { return state_.invalid; }
   Sampler& sampler() { return sampler_; }
+  // Its images (media.h), attached by Engine::AttachMedia; Reset clears them.
+  const std::vector<MediaSpan>& media() const { return state_.media; }
   // What the next token must satisfy (a JSON schema, a grammar); null: anything (the default).
   // ChooseToken (token_choice.h) applies it. Reset clears it.
   std::shared_ptr<TokenConstraint>& constraint() { return constraint_; }
@@ -133,6 +135,8 @@ struct PlanOptions {
   BudgetRequest budget;           // none: every weight in RAM, read on first use; a total budget
                                   // (--budget-gb, --preset) covers caches, states and scratch too
   bool preload = false;           // read every expert at start (the budget must hold them)
+  uint64_t vision_bytes = 0;      // images: the tower's weights + scratch (VisionEncoder::
+                                  // PlanBytes), held beside the caches; 0 for text only
   bool verify_reads = false;      // hash every expert read (a mismatch makes the run invalid)
   int prefetch_experts = kDefaultPrefetchExperts;
   ProgressMode progress = ProgressMode::kNone;  // start-up loading display
@@ -191,6 +195,10 @@ class Engine {
   // an empty sequence of this engine with room for the snapshot's tokens.
   SequenceSnapshot Snapshot(const Sequence& seq) const;
   Status Restore(const SequenceSnapshot& snap, Sequence* seq) const;
+  // Images (media.h): binds each span's rows to positions the sequence has not fed yet, in
+  // order and without overlap; the pads fed there take the rows. kInvalid naming the span
+  // otherwise (nothing attached from that span on).
+  Status AttachMedia(Sequence* seq, std::vector<MediaSpan> spans) const;
 
   const prepared::PreparedDir& prepared() const { return *prepared_; }
   const ModelConfig& config() const { return config_; }

@@ -79,6 +79,7 @@ std::string MemoryPlan::Describe() const {
   return "weights held " + FormatGb(weights_bytes) + " + latent caches " +
          FormatGb(kv_cache_bytes) + " for " + std::to_string(positions) +
          " positions" + seqs + GrowthNote() + " + KDA states " + FormatGb(state_bytes) +
+         (vision_bytes > 0 ? " + vision tower " + FormatGb(vision_bytes) : std::string()) +
          (record_bytes > 0 ? " + speculation records " + FormatGb(record_bytes) + " for " +
                                  std::to_string(spec_rows + 1) + "-row drafts"
                            : std::string()) +

@@ -30,8 +30,11 @@ struct MemoryPlan {
   uint64_t scratch_bytes = 0;   // activations of the largest pass (ScratchBytes)
   uint64_t weights_bytes = 0;   // what the weight source holds (WeightSource::PlannedResidentBytes)
   uint64_t budget = 0;          // the TOTAL budget it was fitted into; 0: none (MemAvailable only)
+  uint64_t vision_bytes = 0;    // images: the tower's weights (vision.bin) + the scratch and
+                                // rows of the largest image a run may see (0: no images)
   uint64_t total() const {
-    return kv_cache_bytes + state_bytes + record_bytes + scratch_bytes + weights_bytes;
+    return kv_cache_bytes + state_bytes + record_bytes + scratch_bytes + weights_bytes +
+           vision_bytes;
   }
   // "weights held …, latent caches … for N positions (grown as used: … per position), KDA
   // states …, scratch … for chunks of R rows = total …", as the CLI prints it.

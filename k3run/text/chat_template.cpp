@@ -67,7 +67,7 @@ Status Instructions(const TemplateOptions& o, XtmlWriter& w) {
 
 // A system, user or assistant message (tool results are rendered by RenderChecked: their
 // attributes depend on the run they are in).
-void Message(const ChatMessage& m, const TemplateOptions& o, XtmlWriter* w) {
+void Message(const ChatMessage& m, const TemplateOptions& o, const ChatIds& ids, XtmlWriter* w) {
   w->Open("message", " role=\"" + m.role + "\"");
   if (m.role == "assistant" && !m.ids.empty()) {
     w->Open(o.thinking ? "think" : "response");
@@ -85,10 +85,48 @@ void Message(const ChatMessage& m, const TemplateOptions& o, XtmlWriter* w) {
     w->Close("response");
     RenderToolCalls(m.tool_calls, w);
   } else {
-    w->Text(m.content);
+    // Text around the images, each image's block where it sits (ChatImage).
+    size_t from = 0;
+    for (const ChatImage& img : m.images) {
+      w->Text(std::string_view(m.content).substr(from, img.at - from));
+      w->Ids({ids.media_begin});
+      w->Text("image " + std::to_string(img.width) + "x" + std::to_string(img.height));
+      w->Ids({ids.media_content});
+      w->Ids(std::vector<int32_t>(static_cast<size_t>(img.tokens), ids.media_pad));
+      w->Ids({ids.media_end});
+      from = img.at;
+    }
+    w->Text(std::string_view(m.content).substr(from));
   }
   w->Close("message");
   w->EndOfMessage();
+}
+
+// Images only in user messages, in order, inside the content, each with rows; the tokenizer
+// must have the media tokens.
+Status CheckImages(const std::vector<ChatMessage>& messages, const ChatIds& ids) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.images.empty()) continue;
+    const std::string where = "message " + std::to_string(i);
+    if (m.role != "user") {
+      return Status::Invalid(where + ": images are accepted in user messages only (this one is "
+                             "\"" + m.role + "\")");
+    }
+    if (ids.media_begin < 0 || ids.media_content < 0 || ids.media_end < 0 || ids.media_pad < 0) {
+      return Status::Invalid(where + ": the tokenizer has no <|media_begin|>, <|media_content|>, "
+                             "<|media_end|> and <|media_pad|> tokens, so it cannot take images");
+    }
+    size_t last = 0;
+    for (const ChatImage& img : m.images) {
+      if (img.at < last || img.at > m.content.size() || img.tokens < 1) {
+        return Status::Invalid(where + ": an image at byte " + std::to_string(img.at) +
+                               " is out of order, past the content or without rows");
+      }
+      last = img.at;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -119,12 +157,24 @@ Result<ChatTemplate> ChatTemplate::Create(const tok::Tokenizer* tok, const std::
     }
     *w.id = *id;
   }
+  // Optional: only a prompt with images needs them (CheckImages).
+  const struct {
+    std::string_view content;
+    int32_t* id;
+  } media[] = {{"<|media_begin|>", &t.ids_.media_begin},
+               {"<|media_content|>", &t.ids_.media_content},
+               {"<|media_end|>", &t.ids_.media_end},
+               {"<|media_pad|>", &t.ids_.media_pad}};
+  for (const auto& m : media) {
+    if (const std::optional<int32_t> id = tok->SpecialId(m.content)) *m.id = *id;
+  }
   return t;
 }
 
 Result<std::vector<int32_t>> ChatTemplate::RenderChecked(const std::vector<ChatMessage>& messages,
                                                          const TemplateOptions& o,
                                                          bool generation_prompt) const {
+  K3_RETURN_IF_ERROR(CheckImages(messages, ids_));
   std::vector<int32_t> out;
   XtmlWriter w(tok_, ids_, &out);
   if (!o.tools_json.empty()) {
@@ -146,7 +196,7 @@ Result<std::vector<int32_t>> ChatTemplate::RenderChecked(const std::vector<ChatM
   for (size_t i = 0; i < messages.size();) {
     const ChatMessage& m = messages[i];
     if (m.role != "tool") {
-      Message(m, o, &w);
+      Message(m, o, ids_, &w);
       if (m.role == "assistant") {
         caller = &m;
         results_since_caller = 0;

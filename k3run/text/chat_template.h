@@ -28,7 +28,8 @@
 // where END is exactly one of [EOS] and <|end_of_msg|> and nothing follows; an added (control)
 // token anywhere inside reasoning or content is refused. Parse runs the incremental
 // CompletionParser (tool_calls.h) over the whole completion: one grammar.
-// Non-goals: media, the Jinja template text itself (K3 ships none).
+// Images: ChatImage above (user messages only).
+// Non-goals: video, the Jinja template text itself (K3 ships none).
 // Thread safety: immutable after Create.
 #pragma once
 
@@ -42,6 +43,16 @@
 #include "k3run/text/tokenizer.h"
 
 namespace k3::run {
+
+// An image in a user message (docs/VISION.md "Prompt"), rendered where it sits in the content as
+//   <|media_begin|> "image {W}x{H}" <|media_content|> <|media_pad|> × tokens <|media_end|>
+// with W×H the image's ORIGINAL size and `tokens` the rows its tower output has (one pad a row:
+// the engine binds the rows to these positions, k3run/engine/media.h).
+struct ChatImage {
+  size_t at = 0;                   // byte offset in the message's content (0: before the text)
+  uint32_t width = 0, height = 0;  // original size
+  int64_t tokens = 0;              // rows = pads, ≥ 1
+};
 
 // One call of an assistant message (OpenAI's tool_calls[k]).
 struct ToolCall {
@@ -60,6 +71,7 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls = {};  // assistant only: its calls, in order
   std::string tool_call_id = {};          // tool only: the call this result answers
   std::string name = {};                  // tool only, optional: the function's name
+  std::vector<ChatImage> images = {};     // user only: its images, by ascending `at`
 };
 
 struct TemplateOptions {
@@ -83,6 +95,8 @@ inline constexpr std::string_view kThinkingEffortBody =
 
 struct ChatIds {
   int32_t open = -1, close = -1, sep = -1, end_of_msg = -1, eos = -1;
+  // The media tokens; -1 when the tokenizer has none (then a message with images is refused).
+  int32_t media_begin = -1, media_content = -1, media_end = -1, media_pad = -1;
 };
 
 struct Completion {

@@ -297,13 +297,13 @@ void CheckAgainstReference(const char* what, const Model& m, const std::vector<G
 }
 
 // Grids: the minimum (a 1×1 or 28×28 px image pads to 2×2), rectangles both ways, the pos grid
-// itself (no interpolation), larger than the pos grid (upsampled), and more patches than one
-// key tile (kKeyTile = 256) with a partial last tile.
+// itself (no interpolation), larger than the pos grid (upsampled), more patches than one key
+// tile (kKeyTile = 256) with a partial last tile, and a 1024×768 image's grid (56×74: 17 tiles).
 TEST(VisionTower, TinyMatchesReference) {
   const auto m = MakeModel(TinyDims(), /*bf16=*/true, 1);
   CheckAgainstReference("tiny", *m,
                         {{2, 2}, {4, 4}, {4, 2}, {2, 4}, {8, 6}, {6, 8}, {8, 8}, {12, 10},
-                         {14, 20}, {24, 22}});
+                         {14, 20}, {24, 22}, {56, 74}});
 }
 
 TEST(VisionTower, SmallMatchesReference) {

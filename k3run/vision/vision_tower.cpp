@@ -310,7 +310,7 @@ int64_t VisionScratchBytes(const VisionDims& dims, int64_t gh, int64_t gw, int t
 // ---- the tower -----------------------------------------------------------------------------
 
 Status RunVisionTower(const VisionWeights& w, const VisionDims& d, const float* patches, int gh,
-                      int gw, float* out_rows, void* scratch) {
+                      int gw, float* out_rows, void* scratch, int64_t scratch_bytes) {
   if (gh < 2 || gw < 2 || gh % 2 != 0 || gw % 2 != 0) {
     return Status::Invalid("vision tower: patch grid " + std::to_string(gh) + "x" +
                            std::to_string(gw) + " (rule: gh and gw are even and >= 2; the " +
@@ -323,6 +323,12 @@ Status RunVisionTower(const VisionWeights& w, const VisionDims& d, const float* 
   const int threads = ResolveThreads(0);
   const int64_t n = int64_t{gh} * gw, H = d.hidden;
   const Layout L = MakeLayout(d, n, threads);
+  if (scratch != nullptr && scratch_bytes < 4 * L.total) {
+    return Status::Invalid("vision tower: scratch of " + std::to_string(scratch_bytes) +
+                           " bytes, " + std::to_string(4 * L.total) + " needed for a " +
+                           std::to_string(gh) + "x" + std::to_string(gw) + " grid at " +
+                           std::to_string(threads) + " threads (rule: VisionScratchBytes)");
+  }
   std::unique_ptr<float, AlignedDelete> owned;
   float* base = static_cast<float*>(scratch);
   if (base == nullptr) {

@@ -126,10 +126,12 @@ int64_t VisionScratchBytes(const VisionDims& dims, int64_t gh, int64_t gw, int t
 
 // Runs the tower and projector on one image. patches: [gh·gw][3·patch²] fp32, row-major over
 // (gh, gw), each patch in (c, y, x) order (image_patches.h). out_rows: [(gh/2)·(gw/2)][text_hidden]
-// fp32. scratch: nullptr (allocated here) or at least VisionScratchBytes(dims, gh, gw) bytes,
-// 64-byte aligned. Errors (nothing written): kInvalid for gh or gw odd or < 2, invalid dims, or
-// weights failing Validate (naming the tensor).
+// fp32. scratch: nullptr (allocated here), or scratch_bytes ≥ VisionScratchBytes(dims, gh, gw)
+// at the current kernels::Threads(), 64-byte aligned for speed (any float alignment works).
+// Errors (nothing written): kInvalid for gh or gw odd or < 2, invalid dims, weights failing
+// Validate (naming the tensor), or a scratch smaller than needed (naming both sizes).
 Status RunVisionTower(const VisionWeights& w, const VisionDims& dims, const float* patches,
-                      int gh, int gw, float* out_rows, void* scratch = nullptr);
+                      int gh, int gw, float* out_rows, void* scratch = nullptr,
+                      int64_t scratch_bytes = 0);
 
 }  // namespace k3::vision

@@ -375,9 +375,19 @@ TEST_F(VisionTowerBits, CallerScratchOfStatedSize) {
   std::vector<float> scratch(static_cast<size_t>(bytes / 4), std::nanf(""));
   std::vector<float> got(want.size());
   ASSERT_TRUE(RunVisionTower(m->w, m->dims, patches.data(), g.gh, g.gw, got.data(),
-                             scratch.data())
+                             scratch.data(), bytes)
                   .ok());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+  // One float short: refused, naming both sizes, nothing written.
+  std::vector<float> untouched(want.size(), 7.0f);
+  const Status st = RunVisionTower(m->w, m->dims, patches.data(), g.gh, g.gw, untouched.data(),
+                                   scratch.data(), bytes - 4);
+  EXPECT_EQ(st.code(), Code::kInvalid);
+  EXPECT_NE(st.message().find("scratch of " + std::to_string(bytes - 4) + " bytes, " +
+                              std::to_string(bytes) + " needed"),
+            std::string::npos)
+      << st.message();
+  for (float v : untouched) ASSERT_EQ(v, 7.0f);
 }
 
 TEST(VisionTowerScratch, LinearInPatches) {

@@ -224,7 +224,10 @@ Axis BilinearAxis(int64_t in, int64_t out) {
   return a;
 }
 
-// x[p] += pos_emb resized to gh × gw (exact copy when the grid equals the table's).
+// x[p] += pos_emb resized to gh × gw (exact copy when the grid equals the table's). Bilinear, as
+// the released config (pos_emb_interpolation_mode), the spec and the MLX port have it; the
+// TensorRT-LLM K3 port reuses K2.5's module, whose comment says bicubic (K2.5's mode): not
+// followed (docs/VISION.md "Sources followed").
 void AddPosEmb(const VisionDims& d, const kernels::Matrix& pe, int64_t gh, int64_t gw, float* x,
                int threads) {
   const int64_t H = d.hidden;

@@ -8,7 +8,9 @@ torch's own F.interpolate (bilinear, align_corners=False), complex RoPE, full so
 Non-goals: video (t > 1), several images per call, preprocessing (the patches are given).
 
 Usage: vision_ref.py DIR
-  DIR/weights.safetensors  the released tensor names (vision_tower.*, mm_projector.*), BF16/F32
+  DIR/weights.safetensors  the released tensor names (vision_tower.*, mm_projector.*), BF16/F32;
+                           or, when cases.json has "checkpoint": PATH, the shards of that
+                           checkpoint directory (a `k3prep synth` or released checkpoint)
   DIR/cases.json           {"dims": {hidden, heads, head_dim, mlp, layers, pos_h, pos_w, patch,
                             text_hidden, norm_eps, projector_eps, rope_theta},
                             "cases": [{"gh", "gw", "patches": "FILE"}]}; FILE holds gh*gw*3*patch²
@@ -25,7 +27,19 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ref_io import SafetensorsFile, to_float64  # noqa: E402
+from ref_io import Checkpoint, SafetensorsFile, to_float64  # noqa: E402
+
+
+class CheckpointTensors:
+    """raw(name) over every shard of a checkpoint directory (ref_io.Checkpoint's index)."""
+
+    def __init__(self, directory):
+        self.ck = Checkpoint(directory)
+
+    def raw(self, name):
+        if not self.ck.has(name):
+            sys.exit(f"{self.ck.dir}: tensor {name} missing")
+        return self.ck.where[name].raw(name)
 
 
 def load(st, name):
@@ -99,7 +113,10 @@ def main():
     out_dir = sys.argv[1]
     spec = json.load(open(os.path.join(out_dir, "cases.json")))
     dims = spec["dims"]
-    st = SafetensorsFile(os.path.join(out_dir, "weights.safetensors"))
+    if "checkpoint" in spec:
+        st = CheckpointTensors(spec["checkpoint"])
+    else:
+        st = SafetensorsFile(os.path.join(out_dir, "weights.safetensors"))
     p = dims["patch"]
     for i, case in enumerate(spec["cases"]):
         gh, gw = case["gh"], case["gw"]

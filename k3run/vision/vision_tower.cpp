@@ -319,6 +319,12 @@ Status RunVisionTower(const VisionWeights& w, const VisionDims& d, const float* 
                            std::to_string(gw) + " (rule: gh and gw are even and >= 2; the " +
                            "preprocessing pads images to multiples of 28 px = 2 patches)");
   }
+  if (gh > kMaxGridSide || gw > kMaxGridSide) {
+    return Status::Invalid("vision tower: patch grid " + std::to_string(gh) + "x" +
+                           std::to_string(gw) + " (rule: at most " +
+                           std::to_string(kMaxGridSide) + " patches a side, the 7,168 px the " +
+                           "preprocessing allows; the reference's RoPE table ends there)");
+  }
   K3_RETURN_IF_ERROR(w.Validate(d));
   if (patches == nullptr || out_rows == nullptr) {
     return Status::Invalid("vision tower: null patches or output rows");
@@ -335,8 +341,13 @@ Status RunVisionTower(const VisionWeights& w, const VisionDims& d, const float* 
   std::unique_ptr<float, AlignedDelete> owned;
   float* base = static_cast<float*>(scratch);
   if (base == nullptr) {
-    owned.reset(static_cast<float*>(
-        ::operator new(static_cast<size_t>(L.total) * sizeof(float), std::align_val_t{64})));
+    owned.reset(static_cast<float*>(::operator new(static_cast<size_t>(L.total) * sizeof(float),
+                                                   std::align_val_t{64}, std::nothrow)));
+    if (owned == nullptr) {
+      return Status::Io("vision tower: cannot allocate " + std::to_string(4 * L.total) +
+                        " bytes of working memory for a " + std::to_string(gh) + "x" +
+                        std::to_string(gw) + " grid (VisionScratchBytes)");
+    }
     base = owned.get();
   }
   float* x = base + L.x;

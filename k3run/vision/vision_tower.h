@@ -120,6 +120,10 @@ inline constexpr int64_t kQueryBlock = 16;
 // numerics: MatMul rows are independent.
 inline constexpr int64_t kRowChunk = 128;
 
+// Largest gh or gw accepted: 7,168 px / 14 (the preprocessing's longest side; the reference's
+// Rope2DPosEmbRepeated table is 512 × 512).
+inline constexpr int kMaxGridSide = 512;
+
 // Bytes of working memory RunVisionTower needs for a gh × gw grid at `threads` compute threads
 // (kernels::Threads() when threads <= 0). Linear in gh·gw (see the header comment).
 int64_t VisionScratchBytes(const VisionDims& dims, int64_t gh, int64_t gw, int threads = 0);
@@ -128,8 +132,9 @@ int64_t VisionScratchBytes(const VisionDims& dims, int64_t gh, int64_t gw, int t
 // (gh, gw), each patch in (c, y, x) order (image_patches.h). out_rows: [(gh/2)·(gw/2)][text_hidden]
 // fp32. scratch: nullptr (allocated here), or scratch_bytes ≥ VisionScratchBytes(dims, gh, gw)
 // at the current kernels::Threads(), 64-byte aligned for speed (any float alignment works).
-// Errors (nothing written): kInvalid for gh or gw odd or < 2, invalid dims, weights failing
-// Validate (naming the tensor), or a scratch smaller than needed (naming both sizes).
+// Errors (nothing written): kInvalid for gh or gw odd, < 2 or > kMaxGridSide, invalid dims,
+// weights failing Validate (naming the tensor), or a scratch smaller than needed (naming both
+// sizes); kIo when the working memory cannot be allocated.
 Status RunVisionTower(const VisionWeights& w, const VisionDims& dims, const float* patches,
                       int gh, int gw, float* out_rows, void* scratch = nullptr,
                       int64_t scratch_bytes = 0);

@@ -415,11 +415,12 @@ void ExpectRefused(const Model& m, Grid g, const std::string& needle) {
   for (float v : out) ASSERT_EQ(v, 7.0f) << "output written on a refusal";
 }
 
-TEST(VisionTowerRefuses, OddOrTooSmallGrid) {
+TEST(VisionTowerRefuses, GridOddTooSmallOrTooLarge) {
   const auto m = MakeModel(TinyDims(), true, 5);
   ExpectRefused(*m, {3, 4}, "3x4");
   ExpectRefused(*m, {4, 5}, "4x5");
   ExpectRefused(*m, {0, 2}, "even and >= 2");
+  ExpectRefused(*m, {2, 514}, "at most 512 patches a side");
 }
 
 TEST(VisionTowerRefuses, BadShapeNamesTheTensor) {

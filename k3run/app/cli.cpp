@@ -1083,7 +1083,8 @@ void AddRunControlFlags(CLI::App* app, RunOptions* o) {
                   "(forces a call)");
   app->add_option("--spec", o->spec,
                   "speculative decoding: verify up to N prompt-lookup draft tokens per pass "
-                  "(greedy only; same ids; 0: off)")
+                  "(greedy only; with --batch/--serve sampled and constrained requests decode "
+                  "without drafts; same ids; 0: off)")
       ->default_val(0);
   app->add_flag("--spec-fixed", o->spec_fixed,
                 "with --spec: draft N whenever the lookup finds N (no adaptation; to measure "

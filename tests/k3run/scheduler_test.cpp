@@ -900,6 +900,48 @@ TEST(SchedulerSpec, RequestsEndingInsideADraftFreeTheirSlotWhileOthersSpeculate)
   }
 }
 
+// A speculating request that stops at a stop id inside its draft leaves a prompt snapshot of
+// exactly what a plain run leaves (its prompt and generated ids but the last): the next request
+// that extends it feeds only the rest, with the bits of a cold run.
+TEST(SchedulerSpec, PromptCacheAfterADraftHoldsWhatAPlainRunHolds) {
+  std::unique_ptr<Engine> e = OpenSpec(TinyPreparedDir(), 40, 4);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  Spec first{Prompt(9, 11, V), 12, {}, {}, 0};
+  const Solo free_run = Alone(e.get(), first);
+  const int64_t at = FirstNew(free_run.ids, 2);
+  ASSERT_GE(at, 2);
+  ASSERT_LE(at, 4) << "the stop id must fall inside the first decode pass's 5 tokens";
+  first.stop_ids = {free_run.ids[static_cast<size_t>(at)]};
+  const Solo first_alone = Alone(e.get(), first);
+  ASSERT_EQ(static_cast<int64_t>(first_alone.ids.size()), at + 1);
+  Spec second{first.prompt, 5, {}, {}, 0};
+  second.prompt.insert(second.prompt.end(), first_alone.ids.begin(), first_alone.ids.end());
+  second.prompt.push_back(17);
+  second.prompt.push_back(23);
+  const Solo second_cold = Alone(e.get(), second);
+
+  SchedulerOptions o;
+  o.spec = 4;
+  o.spec_fixed = true;
+  o.prompt_cache_bytes = uint64_t{1} << 30;
+  Scheduler sched(e.get(), o);
+  Outcome a, b;
+  Request ra = MakeRequest(first, &a, V);
+  ra.drafter = FromTruth(free_run.ids, V, 0);
+  ASSERT_TRUE(sched.Submit(std::move(ra)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  EXPECT_EQ(a.run.ids, first_alone.ids);
+  EXPECT_EQ(a.result.reason, FinishReason::kStopId);
+  EXPECT_EQ(a.result.spec.accepted, at - 1);  // the stop came inside the draft
+  ASSERT_TRUE(sched.Submit(MakeRequest(second, &b, V)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  const auto P = static_cast<int64_t>(second.prompt.size());
+  EXPECT_EQ(b.result.prompt_fed, P - (9 + at));  // the snapshot: 9 + at ids
+  EXPECT_EQ(b.run.ids, second_cold.ids);
+  EXPECT_TRUE(SameBits(b.run.logits, second_cold.logits));
+}
+
 // A sequence of 6 positions and a prompt of 4 under --spec 4: the draft is cut to the one
 // position left, and the request ends with kContext on the ids of a plain run of 3.
 TEST(SchedulerSpec, DraftsNeverRunPastTheContext) {

@@ -5,13 +5,17 @@
 
 namespace k3::run {
 
-const SequenceSnapshot* PromptCache::Longest(std::span<const int32_t> prompt) {
+const SequenceSnapshot* PromptCache::Longest(std::span<const int32_t> prompt,
+                                             const std::vector<MediaSpan>& media) {
   auto best = lru_.end();
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     const std::vector<int32_t>& t = it->snap.tokens;
     if (t.empty() || t.size() >= prompt.size()) continue;
     if (best != lru_.end() && t.size() <= best->snap.tokens.size()) continue;
-    if (std::equal(t.begin(), t.end(), prompt.begin())) best = it;
+    if (std::equal(t.begin(), t.end(), prompt.begin()) &&
+        SameMediaPrefix(it->snap.state.media, media, static_cast<int64_t>(t.size()))) {
+      best = it;
+    }
   }
   if (best == lru_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, best);
@@ -20,7 +24,9 @@ const SequenceSnapshot* PromptCache::Longest(std::span<const int32_t> prompt) {
 
 void PromptCache::Insert(SequenceSnapshot snap) {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-    if (it->snap.tokens == snap.tokens) {
+    if (it->snap.tokens == snap.tokens &&
+        SameMediaPrefix(it->snap.state.media, snap.state.media,
+                        static_cast<int64_t>(snap.tokens.size()))) {
       bytes_ -= it->bytes;
       lru_.erase(it);
       break;

@@ -19,12 +19,15 @@ class PromptCache {
   explicit PromptCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
 
   // The longest snapshot whose tokens are a PROPER prefix of `prompt` (at least one prompt id
-  // is left to feed, so the request gets the logits of its last prompt row from a pass); null
-  // when none. A hit becomes the most recently used.
-  const SequenceSnapshot* Longest(std::span<const int32_t> prompt);
+  // is left to feed, so the request gets the logits of its last prompt row from a pass) and
+  // whose images over those tokens are `media`'s (SameMediaPrefix: same positions, rows and id;
+  // two prompts with the same ids but other image rows are other inputs); null when none. A hit
+  // becomes the most recently used.
+  const SequenceSnapshot* Longest(std::span<const int32_t> prompt,
+                                  const std::vector<MediaSpan>& media = {});
   // Keeps `snap` as the most recently used, evicting the least recently used until the budget
-  // holds; a snapshot larger than the whole budget is not kept. One with the same tokens is
-  // replaced.
+  // holds; a snapshot larger than the whole budget is not kept. One with the same tokens and
+  // images is replaced.
   void Insert(SequenceSnapshot snap);
 
   uint64_t bytes() const { return bytes_; }

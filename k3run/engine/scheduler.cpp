@@ -126,6 +126,7 @@ struct Scheduler::Impl {
   bool FinishCancelled();
   void Admit();
   void Start(Slot* slot, Waiting w);
+  Status AttachFrom(Slot* slot, size_t restored);
   std::vector<Slot*> PlanPass();
   void Draft(Slot* slot, int64_t space);
   void RunOnePass(const std::vector<Slot*>& carried);
@@ -234,18 +235,32 @@ void Scheduler::Impl::Start(Slot* slot, Waiting w) {
   if (spec > 0 && !slot->req.sampling.sampling() && slot->req.constraint == nullptr) {
     slot->policy.emplace(spec, cost, !o.spec_fixed);
   }
-  if (cache.budget() == 0) return;
-  const SequenceSnapshot* snap = cache.Longest(slot->req.prompt);
-  if (snap == nullptr) return;
-  if (Status s = engine->Restore(*snap, slot->seq.get()); !s.ok()) {
+  const SequenceSnapshot* snap =
+      cache.budget() > 0 ? cache.Longest(slot->req.prompt, slot->req.media) : nullptr;
+  if (snap != nullptr) {
+    if (engine->Restore(*snap, slot->seq.get()).ok() && AttachFrom(slot, snap->tokens.size()).ok()) {
+      slot->fed = static_cast<int64_t>(snap->tokens.size());
+      std::lock_guard<std::mutex> l(mu);
+      ++stats.prompt_cache_hits;
+      stats.prompt_cache_tokens += slot->fed;
+      return;
+    }
     slot->seq->Reset();  // a cold start gives the same bits
     slot->seq->constraint() = slot->req.constraint;
-    return;
   }
-  slot->fed = static_cast<int64_t>(snap->tokens.size());
-  std::lock_guard<std::mutex> l(mu);
-  ++stats.prompt_cache_hits;
-  stats.prompt_cache_tokens += slot->fed;
+  // Submit checked the spans, so only an engine refusal lands here, before anything is fed.
+  if (Status s = AttachFrom(slot, 0); !s.ok()) Finish(slot, FinishReason::kError, s);
+}
+
+// Binds the request's image spans at or past `restored` (a restored snapshot holds the ones
+// before it: the cache compared them).
+Status Scheduler::Impl::AttachFrom(Slot* slot, size_t restored) {
+  std::vector<MediaSpan> rest;
+  for (const MediaSpan& m : slot->req.media) {
+    if (m.first >= static_cast<int64_t>(restored)) rest.push_back(m);
+  }
+  if (rest.empty()) return Status::Ok();
+  return engine->AttachMedia(slot->seq.get(), std::move(rest));
 }
 
 void Scheduler::Impl::Admit() {
@@ -536,6 +551,22 @@ Result<int64_t> Scheduler::Submit(Request r) {
                            " positions");
   }
   if (r.max_tokens < 0) return Status::Invalid("request: max_tokens must be >= 0");
+  int64_t media_end = 0;
+  for (const MediaSpan& m : r.media) {
+    const std::string where = "request: image rows at prompt positions " +
+                              std::to_string(m.first) + ".." + std::to_string(m.first + m.rows - 1);
+    if (m.rows <= 0 || m.first < media_end ||
+        m.first + m.rows > static_cast<int64_t>(r.prompt.size())) {
+      return Status::Invalid(where + ": not inside the prompt of " +
+                             std::to_string(r.prompt.size()) + " ids after the previous image");
+    }
+    if (m.data == nullptr ||
+        m.data->size() != static_cast<size_t>(m.rows) * static_cast<size_t>(c.hidden)) {
+      return Status::Invalid(where + ": rows are not " + std::to_string(m.rows) + " x " +
+                             std::to_string(c.hidden) + " floats");
+    }
+    media_end = m.first + m.rows;
+  }
   K3_RETURN_IF_ERROR(ValidateSamplerOptions(r.sampling));
   std::lock_guard<std::mutex> l(impl_->mu);
   // A request waits only for a slot: those submitted beyond the free slots are the queue.

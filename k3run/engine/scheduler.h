@@ -21,8 +21,12 @@
 // Prompt cache (prompt_cache_bytes > 0): a request that ends with kLength, kStopId, kStopped or
 // kContext leaves Engine::Snapshot of its sequence (prompt + generated but the last, unfed
 // token) in an LRU bounded by bytes; never after kError, kCancelled or RUN INVALID. Admission
-// restores the longest snapshot whose tokens are a PROPER prefix of the prompt and feeds only
-// the rest; the logits are those of a cold run.
+// restores the longest snapshot whose tokens are a PROPER prefix of the prompt and whose images
+// over that prefix are the request's (same positions, rows and id: SameMediaPrefix), and feeds
+// only the rest; the logits are those of a cold run.
+// Images (Request::media): spans of tower rows bound to prompt positions; after admission (and
+// any restore) the spans at or past the restored length are attached (Engine::AttachMedia), so
+// the pads fed there take the image's rows.
 // Speculation (`spec` > 0, DESIGN.md §11.4, speculation.h): a greedy request without a
 // constraint (the requests Generate speculates for) has its own DraftPolicy; its decode row
 // becomes its last token + a draft of up to `spec` tokens, stepped as tentative in the shared
@@ -48,6 +52,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "k3run/engine/media.h"
 #include "k3run/engine/sampler.h"
 #include "k3run/engine/session.h"
 #include "k3run/engine/speculation.h"
@@ -68,6 +73,9 @@ const char* FinishReasonName(FinishReason r);
 
 struct Request {
   std::vector<int32_t> prompt;   // ≥ 1 id, each < vocab (the submitter validates)
+  // Images (media.h): spans at prompt positions (0 = the prompt's first id), ascending, not
+  // overlapping, inside the prompt; the prompt holds a pad at each of their positions.
+  std::vector<MediaSpan> media;
   int64_t max_tokens = 0;        // tokens to generate; 0 = prefill only
   SamplerOptions sampling;       // greedy by default
   uint64_t seed = 0;
@@ -161,7 +169,8 @@ class Scheduler {
   // already wait (the server's 429), or Status::Invalid for a request no sequence can run (an
   // empty prompt, an id outside the vocab, a prompt longer than a sequence's positions,
   // max_tokens < 0, sampling options ValidateSamplerOptions refuses). A refused request's
-  // on_done is never called. Any thread.
+  // on_done is never called; a media span outside the prompt, out of order or of the wrong
+  // width is kInvalid too. Any thread.
   Result<int64_t> Submit(Request r);
   // Ends a request (queued or running) with kCancelled; its rows in flight are discarded and its
   // slot is free for the next pass. Unknown or finished ids are ignored. Any thread.

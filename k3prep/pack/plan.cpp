@@ -38,28 +38,29 @@ Status ResolveExpertsMxfp4(const st::CheckpointIndex& index, const std::string& 
   return ValidateMxfp4Dims(*c, config_path + " (experts are U8, so MXFP4)");
 }
 
-// vision.bin: one unit per tensor (its padding included), like resident.bin.
+// A file of whole tensors (resident.bin, vision.bin): one unit per tensor, its padding
+// included. `regions` are appended to plan->regions (they may already be there: `base` is the
+// index of the first).
 template <typename PieceFor>
-void PlanVision(Plan* plan, const PieceFor& piece_for, const std::string& out) {
-  const prepared::VisionLayout& layout = plan->vision_layout;
-  Stream vision;
-  vision.final_path = JoinPath(out, std::string(prepared::kVisionFile));
-  vision.size = layout.bytes;
-  vision.label = "vision";
-  const size_t base = plan->regions.size();
-  for (const prepared::Region& r : layout.regions) plan->regions.push_back(r);
-  for (size_t i = 0; i < layout.regions.size(); ++i) {
+void PlanTensorFile(Plan* plan, const std::vector<prepared::Region>& regions, size_t base,
+                    uint64_t size, std::string path, std::string label,
+                    const PieceFor& piece_for) {
+  Stream file;
+  file.final_path = std::move(path);
+  file.size = size;
+  file.label = std::move(label);
+  for (size_t i = 0; i < regions.size(); ++i) {
     const int32_t id = static_cast<int32_t>(base + i);
     Unit u;
     u.stream = plan->streams.size();
-    u.begin = layout.regions[i].offset;
-    u.end = i + 1 < layout.regions.size() ? layout.regions[i + 1].offset : vision.size;
+    u.begin = regions[i].offset;
+    u.end = i + 1 < regions.size() ? regions[i + 1].offset : size;
     u.regions.push_back(id);
-    vision.pieces.push_back(piece_for(id));
-    vision.units.push_back(plan->units.size());
+    file.pieces.push_back(piece_for(id));
+    file.units.push_back(plan->units.size());
     plan->units.push_back(std::move(u));
   }
-  plan->streams.push_back(std::move(vision));
+  plan->streams.push_back(std::move(file));
 }
 
 // The vision part: carried when config.json has a vision_config (and not --no-vision); then
@@ -124,24 +125,16 @@ void PlanTensors(const st::CheckpointIndex& index, Plan* plan,
   }
   plan->streams.push_back(std::move(trunk));
 
-  Stream resident;
-  resident.final_path = JoinPath(out, std::string(prepared::kResidentFile));
-  resident.size = layout.resident_bytes;
-  resident.label = "resident";
-  const size_t base = layout.trunk.size();
-  for (size_t i = 0; i < layout.resident.size(); ++i) {
-    const int32_t id = static_cast<int32_t>(base + i);
-    Unit u;
-    u.stream = plan->streams.size();
-    u.begin = layout.resident[i].offset;
-    u.end = i + 1 < layout.resident.size() ? layout.resident[i + 1].offset : resident.size;
-    u.regions.push_back(id);
-    resident.pieces.push_back(piece_for(id));
-    resident.units.push_back(plan->units.size());
-    plan->units.push_back(std::move(u));
+  PlanTensorFile(plan, layout.resident, layout.trunk.size(), layout.resident_bytes,
+                 JoinPath(out, std::string(prepared::kResidentFile)), "resident", piece_for);
+  if (plan->vision) {
+    // vision.bin: its regions after trunk and resident in plan->regions (manifest order).
+    const prepared::VisionLayout& v = plan->vision_layout;
+    const size_t base = plan->regions.size();
+    plan->regions.insert(plan->regions.end(), v.regions.begin(), v.regions.end());
+    PlanTensorFile(plan, v.regions, base, v.bytes,
+                   JoinPath(out, std::string(prepared::kVisionFile)), "vision", piece_for);
   }
-  plan->streams.push_back(std::move(resident));
-  if (plan->vision) PlanVision(plan, piece_for, out);
 }
 
 // Link mode: records point into the shards; each expert must be one canonical run.

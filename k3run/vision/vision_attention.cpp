@@ -46,37 +46,34 @@ RopeTables BuildRope(const VisionDims& dims, int64_t gh, int64_t gw) {
   return t;
 }
 
-void ScatterQkv(const VisionDims& dims, const RopeTables& rope, int64_t gw, int64_t n,
-                const float* qkv, int64_t p0, int64_t rows, float* q, float* kt, float* v) {
-  const int64_t d = dims.head_dim, H = dims.heads, Q = dims.qkv(), qt = rope.quarter;
+void ScatterHead(const VisionDims& dims, const RopeTables& rope, int64_t gw, int64_t n,
+                 const float* qs, const float* ks, const float* vs, int64_t p0, int64_t rows,
+                 float* q, float* kt, float* v) {
+  const int64_t d = dims.head_dim, qt = rope.quarter;
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t p = p0 + i, r = p / gw, c = p % gw;
-    const float* src = qkv + i * 3 * Q;
     const float* ccos = rope.col_cos.data() + c * qt;
     const float* csin = rope.col_sin.data() + c * qt;
     const float* rcos = rope.row_cos.data() + r * qt;
     const float* rsin = rope.row_sin.data() + r * qt;
     const int64_t tile = p / kKeyTile, within = p % kKeyTile;
     const int64_t len = std::min<int64_t>(kKeyTile, n - tile * kKeyTile);
-    for (int64_t h = 0; h < H; ++h) {
-      const float* qs = src + h * d;
-      const float* ks = src + Q + h * d;
-      const float* vs = src + 2 * Q + h * d;
-      float* qd = q + p * Q + h * d;
-      float* kd = kt + h * d * n + tile * kKeyTile * d + within;  // column `within` of [d][len]
-      for (int64_t t = 0; t < d / 2; ++t) {
-        // Pair t: even pairs turn with the column, odd pairs with the row, frequency t/2.
-        const float cs = (t & 1) == 0 ? ccos[t / 2] : rcos[t / 2];
-        const float sn = (t & 1) == 0 ? csin[t / 2] : rsin[t / 2];
-        const float qa = qs[2 * t], qb = qs[2 * t + 1];
-        qd[2 * t] = qa * cs - qb * sn;
-        qd[2 * t + 1] = qa * sn + qb * cs;
-        const float ka = ks[2 * t], kb = ks[2 * t + 1];
-        kd[(2 * t) * len] = ka * cs - kb * sn;
-        kd[(2 * t + 1) * len] = ka * sn + kb * cs;
-      }
-      std::memcpy(v + (h * n + p) * d, vs, static_cast<size_t>(d) * 4);
+    const float* qi = qs + i * d;
+    const float* ki = ks + i * d;
+    float* qd = q + p * d;
+    float* kd = kt + tile * kKeyTile * d + within;  // column `within` of the tile's [d][len]
+    for (int64_t t = 0; t < d / 2; ++t) {
+      // Pair t: even pairs turn with the column, odd pairs with the row, frequency t/2.
+      const float cs = (t & 1) == 0 ? ccos[t / 2] : rcos[t / 2];
+      const float sn = (t & 1) == 0 ? csin[t / 2] : rsin[t / 2];
+      const float qa = qi[2 * t], qb = qi[2 * t + 1];
+      qd[2 * t] = qa * cs - qb * sn;
+      qd[2 * t + 1] = qa * sn + qb * cs;
+      const float ka = ki[2 * t], kb = ki[2 * t + 1];
+      kd[(2 * t) * len] = ka * cs - kb * sn;
+      kd[(2 * t + 1) * len] = ka * sn + kb * cs;
     }
+    std::memcpy(v + p * d, vs + i * d, static_cast<size_t>(d) * 4);
   }
 }
 
@@ -411,10 +408,9 @@ void SoftmaxTile(float* s, int64_t B, int64_t len, int64_t d, float scale, bool 
 
 // ---- one work item -------------------------------------------------------------------------
 
-// A thread's working memory: the query block copied contiguous [B][d], scores/probabilities
-// [B][kKeyTile], the accumulator [B][d], and per row m (fp32) and l (double).
+// A thread's working memory: scores/probabilities [B][kKeyTile], the accumulator [B][d], and per
+// row m (fp32) and l (double).
 struct Slot {
-  float* qblk;
   float* s;
   float* acc;
   float* m;
@@ -423,34 +419,32 @@ struct Slot {
 
 Slot CarveSlot(float* base, int64_t d) {
   Slot s;
-  s.qblk = base;
-  s.s = s.qblk + kQueryBlock * d;
+  s.s = base;
   s.acc = s.s + kQueryBlock * kKeyTile;
   s.m = s.acc + kQueryBlock * d;
   s.l = reinterpret_cast<double*>(s.m + kQueryBlock);  // kQueryBlock is even: 8-byte aligned
   return s;
 }
 
-// Queries [q0, q0 + B) of head h against every key, written over their q columns.
-void AttendBlock(const VisionDims& dims, int64_t n, int64_t h, int64_t q0, int64_t B, float* q,
-                 const float* kt, const float* v, const Slot& sl) {
-  const int64_t d = dims.head_dim, Q = dims.qkv();
+// Queries [q0, q0 + B) of one head against every key; o_row(i) is where query q0 + i's output
+// goes (its head's columns of the attention output).
+void AttendBlock(const VisionDims& dims, int64_t n, int64_t q0, int64_t B, const float* q,
+                 const float* kt, const float* v, float* o, int64_t o_stride, const Slot& sl) {
+  const int64_t d = dims.head_dim;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  for (int64_t i = 0; i < B; ++i) {
-    std::memcpy(sl.qblk + i * d, q + (q0 + i) * Q + h * d, static_cast<size_t>(d) * 4);
-  }
+  const float* qblk = q + q0 * d;
   const int64_t tiles = (n + kKeyTile - 1) / kKeyTile;
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t len = std::min<int64_t>(kKeyTile, n - t * kKeyTile);
-    Scores(sl.qblk, kt + h * d * n + t * kKeyTile * d, B, len, d, sl.s);
+    Scores(qblk, kt + t * kKeyTile * d, B, len, d, sl.s);
     SoftmaxTile(sl.s, B, len, d, scale, t == 0, sl.m, sl.l, sl.acc);
-    Pv(sl.s, v + (h * n + t * kKeyTile) * d, B, len, d, sl.acc);
+    Pv(sl.s, v + t * kKeyTile * d, B, len, d, sl.acc);
   }
   for (int64_t i = 0; i < B; ++i) {
-    float* o = q + (q0 + i) * Q + h * d;
+    float* out = o + (q0 + i) * o_stride;
     const float* acc = sl.acc + i * d;
     const double l = sl.l[i];
-    for (int64_t j = 0; j < d; ++j) o[j] = static_cast<float>(static_cast<double>(acc[j]) / l);
+    for (int64_t j = 0; j < d; ++j) out[j] = static_cast<float>(static_cast<double>(acc[j]) / l);
   }
 }
 
@@ -458,30 +452,29 @@ void AttendBlock(const VisionDims& dims, int64_t n, int64_t h, int64_t q0, int64
 
 int64_t AttentionSlotFloats(const VisionDims& dims) {
   const int64_t d = dims.head_dim;
-  // qblk, s, acc, m, l (double = 2 floats), rounded up to 16 floats (64 bytes).
-  const int64_t f = kQueryBlock * (2 * d + kKeyTile + 1 + 2);
+  // s, acc, m, l (double = 2 floats), rounded up to 16 floats (64 bytes).
+  const int64_t f = kQueryBlock * (d + kKeyTile + 1 + 2);
   return (f + 15) / 16 * 16;
 }
 
-void Attend(const VisionDims& dims, int64_t n, float* q, const float* kt, const float* v,
-            float* slots, int threads) {
+void AttendHead(const VisionDims& dims, int64_t n, const float* q, const float* kt,
+                const float* v, float* o, int64_t o_stride, float* slots, int threads) {
   const int64_t blocks = (n + kQueryBlock - 1) / kQueryBlock;
-  const int64_t items = dims.heads * blocks;
   const int64_t slot_floats = AttentionSlotFloats(dims);
   const int nthreads = std::max(1, threads);
   // At most `threads` items run at once (ParallelChunks), so a free slot always exists.
   std::unique_ptr<std::atomic<bool>[]> busy(new std::atomic<bool>[static_cast<size_t>(nthreads)]);
   for (int i = 0; i < nthreads; ++i) busy[static_cast<size_t>(i)].store(false);
-  kernels::ParallelChunks(nthreads, items, [&](int64_t item) {
+  kernels::ParallelChunks(nthreads, blocks, [&](int64_t b) {
     int slot = 0;
     for (;; slot = (slot + 1) % nthreads) {
       bool expected = false;
       if (busy[static_cast<size_t>(slot)].compare_exchange_strong(expected, true)) break;
     }
-    const int64_t h = item / blocks, b = item % blocks;
     const int64_t q0 = b * kQueryBlock;
     const int64_t B = std::min<int64_t>(kQueryBlock, n - q0);
-    AttendBlock(dims, n, h, q0, B, q, kt, v, CarveSlot(slots + slot * slot_floats, dims.head_dim));
+    AttendBlock(dims, n, q0, B, q, kt, v, o, o_stride,
+                CarveSlot(slots + slot * slot_floats, dims.head_dim));
     busy[static_cast<size_t>(slot)].store(false);
   });
 }

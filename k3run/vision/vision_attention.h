@@ -2,14 +2,14 @@
 // the tiled (flash-style) bidirectional attention of one image. Not for use outside k3run/vision
 // and its tests.
 //
-// Layouts for an image of n patches, H heads of d = head_dim, Q = H·d:
-//   q   [n][Q]        token-major, head h at columns h·d (RoPE applied); the attention output
-//                     overwrites it in place (each (head, query block) item reads and writes only
-//                     its own rows of its own head's columns)
-//   kt  [H][tiles][d][len]  K transposed per key tile (len = kKeyTile, the last tile n mod
-//                     kKeyTile), RoPE applied: 16 or 32 consecutive keys of one dimension are one
-//                     vector load
-//   v   [H][n][d]     head-major rows
+// The tower runs attention ONE HEAD AT A TIME (vision_tower.cpp), so only one head's q, k, v
+// are held. Layouts for an image of n patches, head h of dimension d, Q = heads·d:
+//   q   [n][d]        this head's queries, RoPE applied
+//   kt  [tiles][d][len]  this head's keys transposed per key tile (len = kKeyTile, the last tile
+//                     n mod kKeyTile), RoPE applied: 16 or 32 consecutive keys of one dimension
+//                     are one vector load
+//   v   [n][d]        this head's values
+//   o   [n][Q]        the attention output of all heads, head h at columns h·d (what wo reads)
 //
 // Numerics, per query row, for key tiles t = 0, 1, ... in order (len keys each):
 //   s_k   = fp32(Σ_j q_j·k_kj) · scale: the sum a chain of fmaf over j ascending from +0
@@ -41,19 +41,21 @@ struct RopeTables {
 };
 RopeTables BuildRope(const VisionDims& dims, int64_t gh, int64_t gw);
 
-// Writes rows [p0, p0 + rows) of one layer's wqkv output ([rows][3Q], q|k|v) into q, kt and v
-// (layouts above), rotating q and k: complex pair t = (2t, 2t+1) of each head is multiplied by
-// cis(col·f_{t/2}) for even t and cis(row·f_{t/2}) for odd t, (a, b) → (a·cos − b·sin,
-// a·sin + b·cos) in fp32.
-void ScatterQkv(const VisionDims& dims, const RopeTables& rope, int64_t gw, int64_t n,
-                const float* qkv, int64_t p0, int64_t rows, float* q, float* kt, float* v);
+// Writes rows [p0, p0 + rows) of one head's q, k and v (each [rows][d], the wqkv row slices'
+// MatMul outputs) into q, kt and v (layouts above), rotating q and k: complex pair t = (2t, 2t+1)
+// is multiplied by cis(col·f_{t/2}) for even t and cis(row·f_{t/2}) for odd t,
+// (a, b) → (a·cos − b·sin, a·sin + b·cos) in fp32.
+void ScatterHead(const VisionDims& dims, const RopeTables& rope, int64_t gw, int64_t n,
+                 const float* qs, const float* ks, const float* vs, int64_t p0, int64_t rows,
+                 float* q, float* kt, float* v);
 
-// Per-thread working floats of Attend (one slot per compute thread).
+// Per-thread working floats of AttendHead (one slot per compute thread).
 int64_t AttentionSlotFloats(const VisionDims& dims);
 
-// Bidirectional attention over all n patches for every head, output over q (see above).
-// slots: `threads` × AttentionSlotFloats(dims) floats.
-void Attend(const VisionDims& dims, int64_t n, float* q, const float* kt, const float* v,
-            float* slots, int threads);
+// Bidirectional attention of one head over all n patches: o[p][0, d) for every p (o points at the
+// head's first column; rows o_stride floats apart). Query blocks of kQueryBlock are spread over
+// `threads` threads, each block computed whole by one. slots: threads × AttentionSlotFloats.
+void AttendHead(const VisionDims& dims, int64_t n, const float* q, const float* kt,
+                const float* v, float* o, int64_t o_stride, float* slots, int threads);
 
 }  // namespace k3::vision::internal

@@ -119,7 +119,7 @@ constexpr int64_t kStepRows = 2 * kRowChunk;
 
 // Offsets (in floats, each rounded to 16 = 64 bytes) of the buffers in one scratch block.
 struct Layout {
-  int64_t x = 0, q = 0, kt = 0, v = 0, a = 0, b = 0, slots = 0, total = 0;
+  int64_t x = 0, o = 0, inv = 0, q = 0, kt = 0, v = 0, a = 0, b = 0, slots = 0, total = 0;
 };
 
 int64_t Round16(int64_t f) { return (f + 15) / 16 * 16; }
@@ -134,12 +134,14 @@ Layout MakeLayout(const VisionDims& d, int64_t n, int threads) {
   };
   const int64_t Q = d.qkv();
   l.x = take(n * d.hidden);    // residual stream [n][hidden]
-  l.q = take(n * Q);           // q, then the attention output [n][Q]
-  l.kt = take(n * Q);          // k transposed per key tile
-  l.v = take(n * Q);           // v [heads][n][d]
+  l.o = take(n * Q);           // attention output of all heads [n][Q]
+  l.inv = take(n);             // norm0's 1/rms per row, reused by every head
+  l.q = take(n * d.head_dim);  // one head's q [n][d]
+  l.kt = take(n * d.head_dim); // one head's k, transposed per key tile
+  l.v = take(n * d.head_dim);  // one head's v [n][d]
   // Step buffers: a holds a step's normed rows or merged rows; b a step's MatMul outputs.
   l.a = take(kStepRows * std::max(d.hidden, d.merged()));
-  l.b = take(kStepRows * std::max({3 * Q, d.mlp, d.merged(), d.hidden}));
+  l.b = take(kStepRows * std::max({3 * d.head_dim, d.mlp, d.merged(), d.hidden}));
   l.slots = take(static_cast<int64_t>(threads) * internal::AttentionSlotFloats(d));
   l.total = at;
   return l;
@@ -262,33 +264,79 @@ void NormRows(const float* x, const float* w, int64_t rows, int64_t n, float eps
   });
 }
 
+// inv[i] = fp32(1/sqrt(Σ x_i² / n + eps)) with the sum in double, ascending: ops::RmsNorm's
+// factor (norm.h), kept so that each head's pass normalises with one multiply per element.
+void RowInvRms(const float* x, int64_t rows, int64_t n, float eps, float* inv, int threads) {
+  ParallelRows(threads, rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      double ss = 0.0;
+      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+      inv[r] = static_cast<float>(
+          1.0 / std::sqrt(ss / static_cast<double>(n) + static_cast<double>(eps)));
+    }
+  });
+}
+
+// y[r][i] = (w_i·x[r][i])·inv[r]: ops::RmsNorm's output, bit for bit, from a saved factor.
+void ApplyInvRms(const float* x, const float* w, const float* inv, int64_t rows, int64_t n,
+                 float* y, int threads) {
+  ParallelRows(threads, rows, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t i = 0; i < n; ++i) y[r * n + i] = (w[i] * x[r * n + i]) * inv[r];
+    }
+  });
+}
+
+// Rows [r0, r0 + rows) of a matrix, as a matrix (row-major, so contiguous).
+kernels::Matrix RowSlice(const kernels::Matrix& m, int64_t r0, int64_t rows) {
+  const int64_t elem = m.type == kernels::WeightType::kBF16 ? 2 : 4;
+  return kernels::Matrix{m.type, rows, m.cols, static_cast<const char*>(m.data) + r0 * m.cols * elem,
+                         nullptr};
+}
+
 void AddInto(float* x, const float* y, int64_t count, int threads) {
   ParallelRows(threads, count, 1 << 14, [&](int64_t a, int64_t b) {
     for (int64_t i = a; i < b; ++i) x[i] = x[i] + y[i];
   });
 }
 
-// One encoder block over all n rows of x.
+// One encoder block over all n rows of x. Attention runs one head at a time: the head's q, k
+// and v come from its three row slices of wqkv (MatMul output rows are independent, so a slice
+// gives the same bits as the whole matrix), then all of its queries attend, writing the head's
+// columns of o; wo then reads o whole. Only one head's q, k, v are ever held.
 void Block(const VisionDims& d, const VisionBlockWeights& bw, const internal::RopeTables& rope,
            int64_t gw, int64_t n, const Layout& L, float* base, int threads) {
   float* x = base + L.x;
+  float* o = base + L.o;
+  float* inv = base + L.inv;
   float* q = base + L.q;
   float* kt = base + L.kt;
   float* v = base + L.v;
   float* a = base + L.a;
   float* b = base + L.b;
-  const int64_t H = d.hidden, Q = d.qkv();
-  // Attention: q, k, v of every row first (each key is needed by every query).
-  for (int64_t p0 = 0; p0 < n; p0 += kStepRows) {
-    const int64_t rows = std::min(kStepRows, n - p0);
-    NormRows(x + p0 * H, bw.norm0, rows, H, d.norm_eps, a, threads);
-    MatMulRows(bw.wqkv, a, rows, b);
-    internal::ScatterQkv(d, rope, gw, n, b, p0, rows, q, kt, v);
+  const int64_t H = d.hidden, Q = d.qkv(), hd = d.head_dim;
+  RowInvRms(x, n, H, d.norm_eps, inv, threads);
+  for (int64_t h = 0; h < d.heads; ++h) {
+    const kernels::Matrix wq = RowSlice(bw.wqkv, h * hd, hd);
+    const kernels::Matrix wk = RowSlice(bw.wqkv, Q + h * hd, hd);
+    const kernels::Matrix wv = RowSlice(bw.wqkv, 2 * Q + h * hd, hd);
+    for (int64_t p0 = 0; p0 < n; p0 += kStepRows) {
+      const int64_t rows = std::min(kStepRows, n - p0);
+      ApplyInvRms(x + p0 * H, bw.norm0, inv + p0, rows, H, a, threads);
+      float* bq = b;
+      float* bk = b + rows * hd;
+      float* bv = b + 2 * rows * hd;
+      MatMulRows(wq, a, rows, bq);
+      MatMulRows(wk, a, rows, bk);
+      MatMulRows(wv, a, rows, bv);
+      internal::ScatterHead(d, rope, gw, n, bq, bk, bv, p0, rows, q, kt, v);
+    }
+    internal::AttendHead(d, n, q, kt, v, o + h * hd, Q, base + L.slots, threads);
   }
-  internal::Attend(d, n, q, kt, v, base + L.slots, threads);
   for (int64_t p0 = 0; p0 < n; p0 += kStepRows) {
     const int64_t rows = std::min(kStepRows, n - p0);
-    MatMulRows(bw.wo, q + p0 * Q, rows, b);
+    MatMulRows(bw.wo, o + p0 * Q, rows, b);
     AddInto(x + p0 * H, b, rows * H, threads);
   }
   // MLP.

@@ -23,17 +23,19 @@
 // uses ops::Tanh; the exact GELU uses std::erf (one scalar libm call per element on every path);
 // attention scores and P·V are MatMulOnThisThread over fixed-size key tiles (kKeyTile) with an
 // online softmax whose order is fixed by the tile size alone; the RoPE and pos-emb tables are
-// computed in double and rounded once. Query blocks are spread over the compute threads
+// computed in double and rounded once. Heads run one after another; a head's query blocks are
+// spread over the compute threads
 // (kernels::ParallelChunks), each block computed whole by one thread, so the output bits are the
 // same for every thread count and ISA path (tests/k3run/vision/vision_tower_test.cpp).
 //
 // Memory: one working buffer of VisionScratchBytes(dims, gh, gw) bytes, allocated per call
-// unless the caller passes one: the residual stream x [n][hidden], q [n][qkv] (the attention
-// output overwrites it), k transposed per key tile and v head-major (n·qkv each), two step
-// buffers of 2·kRowChunk rows for the norms, MatMuls, MLP and projector, and one attention slot
-// per thread (a query block, one score tile, the accumulators): O(n·(hidden + 3·qkv) +
-// threads·tile), never n². Released dims: 22.5 KB per patch plus 8.7 MB, so 102 MB for a 1024×768
-// image (56×74 patches) and 1.54 GB for 68,000 patches (a 17,000-token image).
+// unless the caller passes one: the residual stream x [n][hidden], the attention output of all
+// heads [n][qkv], ONE head's q, k (transposed per key tile) and v (n·head_dim each: attention
+// runs head by head), a 1/rms per row, two step buffers of 2·kRowChunk rows for the norms,
+// MatMuls, MLP and projector, and one attention slot per thread (one score tile and the
+// accumulators of a query block): O(n·(hidden + qkv + 3·head_dim) + threads·tile), never n².
+// Released dims: 11.8 KB per patch plus 8.4 MB, so 57 MB for a 1024×768 image (56×74 patches)
+// and 0.81 GB for 68,000 patches (a 17,000-token image).
 //
 // Thread safety: RunVisionTower uses the compute threads (kernels::MatMul, ParallelChunks) and,
 // like MatMul, may be called from one thread at a time. The weights are only read.

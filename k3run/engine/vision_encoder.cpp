@@ -121,12 +121,19 @@ Status VisionEncoder::Load() {
   return Status::Ok();
 }
 
-uint64_t VisionEncoder::PlanBytes(int64_t tokens) const {
+uint64_t VisionEncoder::PlanBytesFor(const vision::VisionDims& dims, uint64_t weight_bytes,
+                                     int64_t tokens) {
   // VisionScratchBytes is linear in gh·gw: a 2 × (2·tokens) grid has the patches of any image
   // of `tokens` rows.
-  const int64_t scratch = vision::VisionScratchBytes(dims_, 2, 2 * tokens);
-  return file_bytes_ + static_cast<uint64_t>(scratch) +
-         static_cast<uint64_t>(tokens) * static_cast<uint64_t>(dims_.text_hidden) * 4;
+  const int64_t scratch = vision::VisionScratchBytes(dims, 2, 2 * tokens);
+  return weight_bytes + static_cast<uint64_t>(scratch) +
+         static_cast<uint64_t>(tokens) * static_cast<uint64_t>(dims.text_hidden) * 4;
+}
+
+void VisionEncoder::Release() {
+  buffer_ = AlignedBuffer();
+  norms_.clear();
+  weights_ = vision::VisionWeights();
 }
 
 Result<MediaSpan> VisionEncoder::Encode(const vision::ImagePatches& image, int64_t first,

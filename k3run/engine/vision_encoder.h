@@ -38,7 +38,18 @@ class VisionEncoder {
 
   // What a run that may see an image of up to `tokens` rows holds for it: the weights, the
   // tower's scratch for that many patches (4 per row) and the rows themselves.
-  uint64_t PlanBytes(int64_t tokens) const;
+  uint64_t PlanBytes(int64_t tokens) const { return PlanBytesFor(dims_, file_bytes_, tokens); }
+  // The same for any tower: `weight_bytes` its vision.bin.
+  static uint64_t PlanBytesFor(const vision::VisionDims& dims, uint64_t weight_bytes,
+                               int64_t tokens);
+
+  // Frees the weights (the next Encode reads vision.bin again): a front end that encodes its
+  // images before the text weights load gives the memory back to them.
+  void Release();
+  // The rows alone: what a sequence holds for images of `tokens` rows in all.
+  static uint64_t RowBytes(const vision::VisionDims& dims, int64_t tokens) {
+    return static_cast<uint64_t>(tokens) * static_cast<uint64_t>(dims.text_hidden) * 4;
+  }
 
   // The image's rows [(gh/2)·(gw/2)][text_hidden] as a span starting at `first`, its id the
   // XXH3-128 of the rows. Reads the weights first if needed. `seconds`: the tower's time.

@@ -11,6 +11,7 @@
 
 #include "common/env.h"
 #include "k3run/text/tool_calls.h"
+#include "tests/k3run/chat_ids.h"
 #include "tests/k3run/engine_fixture.h"
 
 namespace k3::run::testing {
@@ -20,30 +21,7 @@ bool Has(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }
 
-const tok::Tokenizer& Tok() { return TinyTokenizer(); }
 
-ChatTemplate Tmpl() {
-  Result<ChatTemplate> t = ChatTemplate::Create(&Tok(), "synth");
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return std::move(t).value();
-}
-
-// The expected ids, built from hand-written pieces: S = a control token by content, T = a text
-// segment encoded without specials.
-struct Ids {
-  std::vector<int32_t> v;
-  Ids& S(std::string_view content) {
-    const std::optional<int32_t> id = Tok().SpecialId(content);
-    EXPECT_TRUE(id.has_value()) << content;
-    v.push_back(id.value_or(-1));
-    return *this;
-  }
-  Ids& T(std::string_view text) {
-    const std::vector<int32_t> ids = Tok().Encode(text, false);
-    v.insert(v.end(), ids.begin(), ids.end());
-    return *this;
-  }
-};
 
 const std::vector<ChatMessage> kConversation = {{"system", "You are helpful.", ""},
                                                 {"user", "Hello", ""}};

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "k3run/app/chat_display.h"
+#include "k3run/app/chat_images.h"
 #include "k3run/app/interrupt.h"
 #include "k3run/engine/stop_rules.h"
 #include "k3run/text/chat_history.h"
@@ -16,22 +17,34 @@ namespace {
 
 const char kHelp[] =
     "commands: /help (this text), /reset (forget the conversation, keep the system message), "
+    "/image FILE (a PNG or JPEG for your next message; /image alone lists them), "
     "/exit (or end of input). Anything else is your message.\n";
 
 // "[prompt 37 ids in 0.21 s (176.2 tok/s); 12 tokens in 0.48 s (25.0 tok/s, 0.040 s/token)]":
 // the prefill (step 0) apart from the decode steps, so the per-token rate is not diluted.
-std::string TurnRateLine(const GenerateResult& r) {
+// With images, after the prompt's figures: "; 1 image: 12 image tokens, tower 0.03 s".
+std::string TurnRateLine(const GenerateResult& r, const ImageStats& images) {
   if (r.steps.empty()) return "";
   const StepRecord& prefill = r.steps.front();
   double decode_s = 0;
   for (size_t i = 1; i < r.steps.size(); ++i) decode_s += r.steps[i].seconds;
   const auto decoded = static_cast<double>(r.steps.size() - 1);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "[prompt %lld ids in %.2f s (%.1f tok/s); %zu tokens",
+  std::snprintf(buf, sizeof buf, "[prompt %lld ids in %.2f s (%.1f tok/s)",
                 static_cast<long long>(prefill.tokens_in), prefill.seconds,
-                prefill.seconds > 0 ? double(prefill.tokens_in) / prefill.seconds : 0.0,
-                r.generated.size());
+                prefill.seconds > 0 ? double(prefill.tokens_in) / prefill.seconds : 0.0);
   std::string line = buf;
+  if (images.images > 0) {
+    std::snprintf(buf, sizeof buf, "; %lld image%s: %lld image tokens, tower %.2f s",
+                  static_cast<long long>(images.images), images.images == 1 ? "" : "s",
+                  static_cast<long long>(images.tokens), images.tower_seconds);
+    line += buf;
+    if (images.load_seconds > 0) {
+      std::snprintf(buf, sizeof buf, " (vision.bin read in %.2f s)", images.load_seconds);
+      line += buf;
+    }
+  }
+  line += "; " + std::to_string(r.generated.size()) + " tokens";
   if (decoded > 0 && decode_s > 0) {
     std::snprintf(buf, sizeof buf, ", decode %.2f s (%.2f tok/s, %.3f s/token)", decode_s,
                   decoded / decode_s, decode_s / decoded);
@@ -69,7 +82,16 @@ class Session {
         Note(kHelp);
         continue;
       }
+      if (*line == "/image" || line->starts_with("/image ")) {
+        AddImage(line->substr(6));
+        continue;
+      }
       if (*line == "/reset") {
+        if (!pending_.empty()) {
+          Note("dropped the " + std::to_string(pending_.size()) + " image(s) waiting\n");
+        }
+        pending_.clear();
+        images_.clear();  // the initial messages are the system message only: no images
         messages_ = initial_;
         if (seq_ != nullptr) seq_->Reset();
         K3_RETURN_IF_ERROR(Save());
@@ -82,7 +104,13 @@ class Session {
         continue;
       }
       // Typed bytes that are not UTF-8 are replaced before encoding (DESIGN.md §6 "Text").
-      messages_.push_back({"user", SanitizeUtf8(*line), ""});
+      ChatMessage user{"user", SanitizeUtf8(*line), ""};
+      for (ChatImageFile& f : pending_) {  // before the text, in the order they were given
+        user.images.push_back(f.view);
+        images_.push_back(std::move(f.input));
+      }
+      pending_.clear();
+      messages_.push_back(std::move(user));
       K3_RETURN_IF_ERROR(Answer());
     }
     return Status::Ok();
@@ -91,6 +119,72 @@ class Session {
  private:
   void Note(const std::string& s) const {
     if (io_.write_stderr) io_.write_stderr(s);
+  }
+
+  // /image PATH: read and check now, attach to the next message. /image alone lists them.
+  // Every failure is a notice; the chat goes on with nothing attached.
+  void AddImage(std::string_view arg) {
+    const size_t b = arg.find_first_not_of(" \t"), e = arg.find_last_not_of(" \t");
+    if (b == std::string_view::npos) {
+      if (pending_.empty()) Note("no image waiting; /image FILE attaches one to your next message\n");
+      for (size_t k = 0; k < pending_.size(); ++k) {
+        const ChatImage& v = pending_[k].view;
+        Note("image " + std::to_string(k + 1) + ": " + v.path + ", " + std::to_string(v.width) +
+             "x" + std::to_string(v.height) + ", " + std::to_string(v.tokens) + " tokens\n");
+      }
+      return;
+    }
+    const std::string path(arg.substr(b, e - b + 1));
+    if (o_.vision == nullptr) {
+      Note("/image " + path + ": " + o_.no_vision + "; the chat goes on without images\n");
+      return;
+    }
+    Result<ChatImageFile> f = LoadChatImage(io_.env, path);
+    if (!f.ok()) {
+      Note("/image: " + f.status().message() + "; nothing attached\n");
+      return;
+    }
+    const int64_t positions = engine_->memory_plan().positions;
+    const int64_t limit = ChatImageLimit(positions);
+    if (f->view.tokens > limit) {
+      Note("/image " + path + ": the image needs " + std::to_string(f->view.tokens) +
+           " tokens, more than this chat's context of " + std::to_string(positions) +
+           " positions takes for one image (" + std::to_string(limit) +
+           "); nothing attached: use a smaller image, or restart with a larger --ctx\n");
+      return;
+    }
+    // What waits must fit what is left of the context (it bounds the patches held, too).
+    int64_t waiting = f->view.tokens;
+    for (const ChatImageFile& p : pending_) waiting += p.view.tokens;
+    const int64_t left = positions - (seq_ != nullptr ? seq_->length() : 0);
+    if (waiting >= left) {
+      Note("/image " + path + ": with the images waiting, your next message would hold " +
+           std::to_string(waiting) + " image tokens, and " + std::to_string(left) + " of the " +
+           "context's " + std::to_string(positions) + " positions are left; nothing attached: "
+           "send the message, or /reset\n");
+      return;
+    }
+    Note("[image " + std::to_string(pending_.size() + 1) + ": " + path + ", " +
+         std::to_string(f->view.width) + "x" + std::to_string(f->view.height) + ", " +
+         std::to_string(f->view.tokens) + " tokens; it goes with your next message]\n");
+    pending_.push_back(std::move(f).value());
+  }
+
+  // The images of a resumed transcript, read again and checked against what it recorded.
+  Status ReloadImages() {
+    for (size_t i = 0; i < messages_.size(); ++i) {
+      for (const ChatImage& image : messages_[i].images) {
+        const std::string where = o_.history_path + ":" + std::to_string(i + 1);
+        if (o_.vision == nullptr) {
+          return Status::Invalid(where + ": the message has the image " + image.path + ", and " +
+                                 o_.no_vision + "; use a prepared directory with vision, or a "
+                                 "new --history");
+        }
+        K3_ASSIGN_OR_RETURN(ImageInput input, ReloadChatImage(io_.env, image, where));
+        images_.push_back(std::move(input));
+      }
+    }
+    return Status::Ok();
   }
 
   Status LoadInitial() {
@@ -109,6 +203,7 @@ class Session {
                                "--history file");
       }
     }
+    K3_RETURN_IF_ERROR(ReloadImages());
     if (!messages_.empty() && messages_[0].role == "system") initial_ = {messages_[0]};
     for (const ChatMessage& m : messages_) turn_ += m.role == "assistant" ? 1 : 0;
     return Status::Ok();
@@ -133,8 +228,11 @@ class Session {
     return Status::Ok();
   }
 
+  // A sequence with images is not saved (the state file does not carry their rows): the last
+  // text-only state stays, the start of what the transcript renders, and a resumed chat feeds
+  // the rest, images encoded again.
   Status SaveState() {
-    if (o_.state_path.empty() || seq_ == nullptr) return Status::Ok();
+    if (o_.state_path.empty() || seq_ == nullptr || !seq_->media().empty()) return Status::Ok();
     return engine_->SaveSequence(*seq_, o_.state_path);
   }
 
@@ -202,6 +300,7 @@ class Session {
            std::to_string(seq_->capacity()) +
            " positions are used; the message was dropped: /reset to start a new conversation, "
            "or restart with a larger --ctx\n");
+      images_.resize(images_.size() - messages_.back().images.size());
       messages_.pop_back();
       return Status::Ok();
     }
@@ -209,6 +308,8 @@ class Session {
       Note("[" + std::to_string(n) + " new ids, " + std::to_string(seq_->length() + n) + " of " +
            std::to_string(seq_->capacity()) + " positions]\n");
     }
+    ImageStats image_stats;
+    K3_RETURN_IF_ERROR(EncodeNewImages(rendered, &image_stats));
     GenerateOptions g;
     g.prompt = feed;
     g.gen = gen;
@@ -231,7 +332,7 @@ class Session {
     K3_ASSIGN_OR_RETURN(GenerateResult r, std::move(generated));
     K3_RETURN_IF_ERROR(display.Finish());
     if (Interrupted()) Note("[answer stopped by Ctrl-C; Ctrl-C again to leave]\n");
-    if (o_.progress) Note(TurnRateLine(r) + "\n");
+    if (o_.progress) Note(TurnRateLine(r, image_stats) + "\n");
     if (!r.stopped_by_id && !Interrupted() && gen < o_.gen &&
         static_cast<int64_t>(r.generated.size()) == gen) {
       Note("[the context is full: the reply stopped at " + std::to_string(gen) +
@@ -240,6 +341,28 @@ class Session {
     messages_.push_back(Reply(r.generated));
     K3_RETURN_IF_ERROR(Save());
     return SaveState();
+  }
+
+  // The images whose pads are in the ids about to be fed (rendered[length..]): each goes through
+  // the tower once and its rows are bound to its pads. The images before them are in the
+  // sequence already (their rows fed), so only the new ones are encoded; after a reset, all.
+  Status EncodeNewImages(const std::vector<int32_t>& rendered, ImageStats* stats) {
+    if (images_.empty()) return Status::Ok();
+    const auto pad = static_cast<int32_t>(engine_->config().media_placeholder_token_id);
+    const std::vector<int32_t> marked = ImagePadsOnly(rendered, tmpl_.ids().media_content, pad);
+    const auto held = static_cast<size_t>(seq_->length());
+    const auto done =
+        static_cast<size_t>(CountPadRuns(std::span(marked).first(held), pad));
+    if (done > images_.size()) {
+      return Status::Invalid("internal: the sequence holds " + std::to_string(done) +
+                             " images, the chat " + std::to_string(images_.size()) +
+                             " (please report)");
+    }
+    if (done == images_.size()) return Status::Ok();
+    K3_ASSIGN_OR_RETURN(std::vector<MediaSpan> spans,
+                        EncodeImages(o_.vision, std::span(marked).subspan(held), seq_->length(),
+                                     pad, std::span(images_).subspan(done), stats));
+    return engine_->AttachMedia(seq_.get(), std::move(spans));
   }
 
   // The reply as the transcript keeps it: its text when it follows the template (or its plain
@@ -270,6 +393,10 @@ class Session {
   const ChatIo& io_;
   std::vector<ChatMessage> messages_;
   std::vector<ChatMessage> initial_;
+  // The images of messages_, in the order they render (every user message's images, ascending
+  // `at`): images_[k] is the k-th image block of the rendered transcript.
+  std::vector<ImageInput> images_;
+  std::vector<ChatImageFile> pending_;  // /image: waiting for the next message
   uint64_t turn_ = 0;
 };
 

@@ -17,6 +17,14 @@
 // loads that state when it is the start of what the history renders (else: refused, exit 2).
 // A completion that does not follow the template is kept as plain text with a warning. A
 // history ending with a user turn is resumed first.
+// Images (docs/VISION.md "CLI and chat"): `/image FILE` reads and checks the file at once (an
+// error is printed and the chat goes on) and attaches it to the next message, before its text;
+// `/image` alone lists the ones waiting. A turn encodes only the images in the ids it feeds (the
+// tower runs once per image); when the chat re-feeds from the start, the images of earlier
+// turns, kept with the transcript in memory, are encoded again. The state file never holds a
+// sequence with images (the last text-only one is kept), and --history records each image's
+// path, size, tokens and file hash: a resumed chat re-reads the files, refusing (exit 2) one
+// that is missing or changed.
 // Non-goals: line editing, streaming the report per turn.
 #pragma once
 
@@ -32,6 +40,7 @@
 #include "k3run/engine/generate.h"
 #include "k3run/engine/sampler.h"
 #include "k3run/engine/session.h"
+#include "k3run/engine/vision_encoder.h"
 #include "k3run/text/tokenizer.h"
 
 namespace k3::run {
@@ -53,6 +62,10 @@ struct ChatOptions {
   bool tools = false;
   // --json-schema / --tool-choice: each turn's own constraint; unset: none.
   std::function<Result<std::shared_ptr<TokenConstraint>>()> make_constraint;
+  // The prepared directory's tower (the caller's; its plan counted ChatVisionBytes), or null
+  // with `no_vision` the reason /image gives.
+  VisionEncoder* vision = nullptr;
+  std::string no_vision;
 };
 
 struct ChatIo {

@@ -16,6 +16,7 @@
 #include "common/sysinfo.h"
 #include "formats/prepared_manifest.h"
 #include "k3run/app/batch.h"
+#include "k3run/app/chat_images.h"
 #include "k3run/app/chat_session.h"
 #include "k3run/app/cli_constraint.h"
 #include "k3run/text/chat_template.h"
@@ -95,11 +96,14 @@ Status CheckModes(const RunOptions& o) {
   if (!o.chat) {
     const char* chat_only = o.system ? "--system"
                             : !o.history.empty() ? "--history"
-                            : o.no_think ? "--no-think"
-                            : o.effort ? "--thinking-effort"
+                            : o.no_think && o.images.empty() ? "--no-think"
+                            : o.effort && o.images.empty() ? "--thinking-effort"
                             : o.hide_thinking ? "--hide-thinking"
                                        : nullptr;
     if (chat_only) return Status::Invalid(std::string(chat_only) + " needs --chat");
+    if (o.no_think && o.effort) {  // --image: the prompt is a chat message (ResolveImagePrompt)
+      return Status::Invalid("--no-think and --thinking-effort contradict each other: give one");
+    }
   } else {
     const char* not_chat = !o.dump_logits.empty() ? "--dump-logits"
                            : !o.out.empty()       ? "--out"
@@ -186,6 +190,7 @@ struct PromptInput {
   // --image: the images (preprocessed), the tower that encodes them, what encoding cost.
   std::vector<ImageInput> images;
   std::unique_ptr<VisionEncoder> vision;
+  std::string no_vision;  // --chat without a tower: what /image says
   ImageStats image_stats;
   int64_t largest_image_tokens() const {
     int64_t n = 0;
@@ -246,6 +251,18 @@ Status ResolveImagePrompt(const Engine& engine, const RunOptions& o, PromptInput
                            std::to_string(o.gen) + " needs " + std::to_string(P + o.gen) +
                            " positions; raise --ctx or use smaller images");
   }
+  return Status::Ok();
+}
+
+// --chat: the tower when the directory has one (the plan counts it whether or not the chat sees
+// an image, docs/VISION.md "CLI and chat"); else the reason /image gives.
+Status OpenChatVision(const Engine& engine, PromptInput* in) {
+  Result<std::unique_ptr<VisionEncoder>> v = VisionEncoder::Open(Env::Default(), engine.prepared());
+  if (!engine.prepared().manifest.vision) {
+    in->no_vision = v.status().message();
+    return Status::Ok();
+  }
+  K3_ASSIGN_OR_RETURN(in->vision, std::move(v));
   return Status::Ok();
 }
 
@@ -379,7 +396,7 @@ PlanOptions PlanOptionsFor(const RunOptions& o, const CliIo& io, bool lines) {
 // Phase 3: the memory plan, before anything large is allocated. `held`: positions a loaded
 // state brings. Chat without --ctx takes the largest default context the plan allows.
 Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, int64_t held,
-               bool lines, uint64_t vision_bytes = 0) {
+               bool lines, uint64_t vision_bytes = 0, const VisionEncoder* chat_vision = nullptr) {
   PlanOptions po = PlanOptionsFor(o, io, lines);
   po.vision_bytes = vision_bytes;
   if (o.cache_policy) {
@@ -397,12 +414,14 @@ Status PlanRun(Engine* engine, const RunOptions& o, const CliIo& io, int64_t P, 
   if (o.ctx) {
     po.positions = *o.ctx;
     po.pass_rows = *o.ctx;
+    if (chat_vision) po.vision_bytes = ChatVisionBytes(*chat_vision, *o.ctx);
     return engine->Plan(po);
   }
   Status last;
   for (int64_t ctx = kChatDefaultContext; ctx >= kChatSmallestContext && ctx > o.gen; ctx /= 2) {
     po.positions = ctx;
     po.pass_rows = ctx;
+    if (chat_vision) po.vision_bytes = ChatVisionBytes(*chat_vision, ctx);
     last = engine->Plan(po);
     if (last.ok()) return last;
   }
@@ -493,7 +512,7 @@ uint64_t ChooseSeed(const RunOptions& o) {
 
 Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, uint64_t seed,
                bool lines, const std::function<Status(std::string_view)>& out,
-               const CliConstraint& constraint) {
+               const CliConstraint& constraint, PromptInput* input) {
   K3_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(engine->tokenizer(), o.prepared));
   ChatOptions co;
   co.system = o.system;
@@ -511,6 +530,8 @@ Status RunChat(Engine* engine, const RunOptions& o, const CliIo& io, Env* env, u
   co.progress = lines;
   co.hide_thinking = o.hide_thinking;
   co.terminal = !io.write_stdout && ::isatty(1) == 1;
+  co.vision = input->vision.get();
+  co.no_vision = input->no_vision;
   ChatIo cio;
   cio.env = env;
   cio.read_line = io.read_line ? io.read_line : ReadLineFd0;
@@ -909,9 +930,12 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   K3_ASSIGN_OR_RETURN(const CliConstraint constraint,
                       LoadCliConstraint(env, engine->tokenizer(), o));
   K3_ASSIGN_OR_RETURN(int64_t held, HeldByState(env, *engine, o));
+  if (o.chat) K3_RETURN_IF_ERROR(OpenChatVision(*engine, &input));
   K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines,
-                             input.vision ? input.vision->PlanBytes(input.largest_image_tokens())
-                                          : 0));
+                             input.vision && !o.chat
+                                 ? input.vision->PlanBytes(input.largest_image_tokens())
+                                 : 0,
+                             o.chat ? input.vision.get() : nullptr));
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
   PrefillProgress prefill(lines ? ResolvedProgressMode(o.output.progress) : ProgressMode::kNone,
                           engine->chunk(), [](std::string_view s) {
@@ -931,7 +955,7 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
     return Status::Invalid("--save-state is for prompt runs; a chat with --history saves its "
                            "state beside the transcript (HISTORY.state)");
   }
-  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out, constraint);
+  if (o.chat) return RunChat(engine.get(), o, io, env, seed, lines, out, constraint, &input);
   const bool terminal = !io.write_stdout && ::isatty(1) == 1;
   K3_ASSIGN_OR_RETURN(PromptRun run,
                       Generate(engine.get(), env, o, &input, seed, terminal, out, constraint));

@@ -57,9 +57,53 @@ Result<std::vector<ToolCall>> ParseToolCalls(const json& value, const std::strin
   return calls;
 }
 
+// "images": a user message's images, [{"path", "width", "height", "tokens", "xxh3"[, "at"]}]:
+// the file each was read from, its original size, its rows and the XXH3-128 of its bytes (hex),
+// so a resumed chat re-reads the file and refuses one that changed (k3run/app/chat_images.h).
+Result<std::vector<ChatImage>> ParseImages(const json& value, const std::string& at) {
+  const char* const shape =
+      " must be {\"path\", \"width\", \"height\", \"tokens\", \"xxh3\"[, \"at\"]}";
+  if (!value.is_array()) return Status::Invalid(at + "\"images\" must be an array" + kFix);
+  std::vector<ChatImage> images;
+  for (const json& v : value) {
+    const std::string which = at + "\"images\" item " + std::to_string(images.size());
+    if (!v.is_object()) return Status::Invalid(which + shape + kFix);
+    ChatImage image;
+    for (const auto& [key, field] : v.items()) {
+      if (key == "path" || key == "xxh3") {
+        if (!field.is_string() || field.get_ref<const std::string&>().empty()) {
+          return Status::Invalid(which + ": \"" + key + "\" must be a non-empty string" + kFix);
+        }
+        (key == "path" ? image.path : image.file_hash) = field.get<std::string>();
+        continue;
+      }
+      if (key != "width" && key != "height" && key != "tokens" && key != "at") {
+        return Status::Invalid(which + ": unknown key \"" + key + "\";" + shape + kFix);
+      }
+      const bool positive = key != "at";
+      if (!field.is_number_unsigned() || field.get<uint64_t>() > uint64_t{INT32_MAX} ||
+          (positive && field.get<uint64_t>() == 0)) {
+        return Status::Invalid(which + ": \"" + key + "\" must be an integer in [" +
+                               (positive ? "1" : "0") + ", 2147483647]" + kFix);
+      }
+      const auto n = field.get<uint64_t>();
+      if (key == "width") image.width = static_cast<uint32_t>(n);
+      if (key == "height") image.height = static_cast<uint32_t>(n);
+      if (key == "tokens") image.tokens = static_cast<int64_t>(n);
+      if (key == "at") image.at = static_cast<size_t>(n);
+    }
+    if (image.path.empty() || image.file_hash.empty() || image.width == 0 || image.height == 0 ||
+        image.tokens == 0) {
+      return Status::Invalid(which + shape + kFix);
+    }
+    images.push_back(std::move(image));
+  }
+  return images;
+}
+
 // Which keys a line had, for the rules that depend on its role.
 struct Present {
-  bool role, content, reasoning, ids, calls, call_id, name;
+  bool role, content, reasoning, ids, calls, call_id, name, images;
 };
 
 Status CheckKeysOfRole(const ChatMessage& m, const Present& p, const std::string& at) {
@@ -85,6 +129,10 @@ Status CheckKeysOfRole(const ChatMessage& m, const Present& p, const std::string
     return Status::Invalid(at + "ids on a " + m.role +
                            " message; only assistant messages carry the ids they were generated as" +
                            kFix);
+  }
+  if (p.images && m.role != "user") {
+    return Status::Invalid(at + "images on a " + m.role + " message; only user messages carry "
+                           "images" + kFix);
   }
   if (p.reasoning && m.role != "assistant") {
     return Status::Invalid(at + "reasoning_content on a " + m.role +
@@ -145,13 +193,18 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
   }
   ChatMessage m;
   bool has_role = false, has_content = false, has_reasoning = false, has_ids = false;
-  bool has_calls = false, has_call_id = false, has_name = false;
+  bool has_calls = false, has_call_id = false, has_name = false, has_images = false;
   for (const auto& [key, value] : j.items()) {
     if (key != "role" && key != "content" && key != "reasoning_content" && key != "ids" &&
-        key != "tool_calls" && key != "tool_call_id" && key != "name") {
+        key != "tool_calls" && key != "tool_call_id" && key != "name" && key != "images") {
       return Status::Invalid(at + "unknown key \"" + key +
                              "\"; allowed: role, content, reasoning_content, ids, tool_calls, "
-                             "tool_call_id, name" + kFix);
+                             "tool_call_id, name, images" + kFix);
+    }
+    if (key == "images") {
+      K3_ASSIGN_OR_RETURN(m.images, ParseImages(value, at));
+      has_images = true;
+      continue;
     }
     if (key == "ids") {
       K3_ASSIGN_OR_RETURN(m.ids, ParseIds(value, at));
@@ -188,7 +241,8 @@ Result<ChatMessage> ParseLine(std::string_view line, const std::string& source, 
     }
   }
   K3_RETURN_IF_ERROR(CheckKeysOfRole(m, Present{has_role, has_content, has_reasoning, has_ids,
-                                                  has_calls, has_call_id, has_name},
+                                                  has_calls, has_call_id, has_name,
+                                                  has_images},
                                       at));
   return m;
 }
@@ -248,6 +302,17 @@ std::string SerializeHistory(const std::vector<ChatMessage>& messages) {
         calls.push_back({{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
       }
       line["tool_calls"] = calls;
+    }
+    if (m.role == "user" && !m.images.empty()) {
+      nlohmann::ordered_json images = nlohmann::ordered_json::array();
+      for (const ChatImage& i : m.images) {
+        nlohmann::ordered_json image = {{"path", i.path}, {"width", i.width},
+                                        {"height", i.height}, {"tokens", i.tokens},
+                                        {"xxh3", i.file_hash}};
+        if (i.at != 0) image["at"] = i.at;
+        images.push_back(std::move(image));
+      }
+      line["images"] = images;
     }
     if (m.role == "tool") {
       line["tool_call_id"] = m.tool_call_id;

@@ -3,7 +3,11 @@
 //
 // Format: one JSON object per line, LF-terminated:
 //   {"role":"system"|"user"|"assistant"|"tool","content":"…"[,"reasoning_content":"…"]
-//    [,"ids":[…]][,"tool_calls":[{"id","name","arguments"}]][,"tool_call_id":"…"][,"name":"…"]}
+//    [,"ids":[…]][,"tool_calls":[{"id","name","arguments"}]][,"tool_call_id":"…"][,"name":"…"]
+//    [,"images":[{"path":"…","width":W,"height":H,"tokens":N,"xxh3":"…"[,"at":B]}]]}
+// images only on user lines: the files a chat's /image attached (ChatImage: original size, rows,
+// XXH3-128 of the file's bytes as 32 hex digits, byte offset in the content when not 0); the
+// pixels are not copied in, a resumed chat re-reads and re-checks the files (app/chat_images.h).
 // reasoning_content, ids and tool_calls only on assistant lines, tool_call_id (required) and
 // name only on tool lines (a tool's result, chat --tools); ids are the token ids the reply was
 // generated as (after the generation prompt, END token included), so a resumed conversation

@@ -52,6 +52,9 @@ struct ChatImage {
   size_t at = 0;                   // byte offset in the message's content (0: before the text)
   uint32_t width = 0, height = 0;  // original size
   int64_t tokens = 0;              // rows = pads, ≥ 1
+  // Where the image came from, for a chat transcript (k3run/app/chat_images.h); not rendered.
+  std::string path = {};           // the file as the user named it ("" for request bytes)
+  std::string file_hash = {};      // Hash128::Hex of XXH3-128 over the file's bytes
 };
 
 // One call of an assistant message (OpenAI's tool_calls[k]).

@@ -147,6 +147,50 @@ TEST(ChatHistory, AssistantIdsRoundTrip) {
   EXPECT_TRUE((*back)[0].ids.empty());
 }
 
+TEST(ChatHistory, UserImagesRoundTrip) {
+  ChatMessage user{"user", "What is it?", ""};
+  user.images = {ChatImage{0, 61, 47, 6, "a.png", std::string(32, 'a')},
+                 ChatImage{3, 1, 1, 1, "b c.jpg", std::string(32, 'b')}};
+  const std::vector<ChatMessage> in = {user, {"assistant", "x", ""}};
+  Result<std::vector<ChatMessage>> out = ParseHistory(SerializeHistory(in), "h.jsonl");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ((*out)[0].images.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    const ChatImage &a = in[0].images[k], &b = (*out)[0].images[k];
+    EXPECT_EQ(a.at, b.at);
+    EXPECT_EQ(a.width, b.width);
+    EXPECT_EQ(a.height, b.height);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.path, b.path);
+    EXPECT_EQ(a.file_hash, b.file_hash);
+  }
+  EXPECT_FALSE(Has(SerializeHistory(in), "\"at\":0")) << "at 0 is left out";
+}
+
+TEST(ChatHistory, ImagesOnANonUserLineAreRejected) {
+  ExpectLine2Rejected("{\"role\":\"assistant\",\"content\":\"a\",\"images\":[]}",
+                      "images on a assistant message");
+}
+
+TEST(ChatHistory, BadImageItemsAreRejected) {
+  const std::string good = "\"path\":\"a.png\",\"width\":2,\"height\":3,\"tokens\":1";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{" + good + "}", "must be {\"path\""},  // no xxh3
+      {"{" + good + ",\"xxh3\":\"ab\",\"size\":1}", "unknown key \"size\""},
+      {"{\"path\":\"a.png\",\"width\":0,\"height\":3,\"tokens\":1,\"xxh3\":\"ab\"}",
+       "\"width\" must be an integer in [1, 2147483647]"},
+      {"{" + good + ",\"xxh3\":7}", "\"xxh3\" must be a non-empty string"},
+      {"3", "must be {\"path\""},
+  };
+  for (const auto& [item, what] : bad) {
+    ExpectLine2Rejected("{\"role\":\"user\",\"content\":\"u\",\"images\":[" + item + "]}",
+                        "\"images\" item 0" + (what.starts_with("must") ? std::string() : ": ") +
+                            (what.starts_with("must") ? " " : "") + what);
+  }
+  ExpectLine2Rejected("{\"role\":\"user\",\"content\":\"u\",\"images\":{}}",
+                      "\"images\" must be an array");
+}
+
 TEST(ChatHistory, OverlongLineIsRejected) {
   const std::string line =
       "{\"role\":\"user\",\"content\":\"" + std::string(kMaxHistoryLineBytes, 'a') + "\"}";

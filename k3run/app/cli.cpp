@@ -192,12 +192,45 @@ struct PromptInput {
   std::unique_ptr<VisionEncoder> vision;
   std::string no_vision;  // --chat without a tower: what /image says
   ImageStats image_stats;
+  std::vector<MediaSpan> spans;  // encoded after the plan, before the text weights load
   int64_t largest_image_tokens() const {
     int64_t n = 0;
     for (const ImageInput& i : images) n = std::max(n, i.tokens());
     return n;
   }
+  int64_t image_tokens() const {
+    int64_t n = 0;
+    for (const ImageInput& i : images) n += i.tokens();
+    return n;
+  }
 };
+
+// --image, after the plan and before the text weights load: the tower runs alone (its weights,
+// scratch and rows must fit the budget, or MemAvailable without one), then gives its weights
+// back; the plan holds only the rows beside the text model (docs/VISION.md "Memory").
+Status EncodePromptImages(Engine* engine, PromptInput* in) {
+  if (in->images.empty()) return Status::Ok();
+  const uint64_t peak =
+      in->vision->PlanBytes(in->largest_image_tokens()) +
+      VisionEncoder::RowBytes(in->vision->dims(),
+                              in->image_tokens() - in->largest_image_tokens());
+  const uint64_t limit =
+      engine->memory_plan().budget > 0 ? engine->memory_plan().budget : engine->mem_available();
+  if (peak > limit) {
+    return Status::Invalid("--image: the vision tower needs " + FormatGb(peak) +
+                           " (its weights, its working memory for the largest image and the "
+                           "rows), more than the " + FormatGb(limit) +
+                           (engine->memory_plan().budget > 0 ? " budget" : " MemAvailable") +
+                           "; give a larger budget or smaller images");
+  }
+  K3_ASSIGN_OR_RETURN(
+      in->spans,
+      EncodeImages(in->vision.get(), in->ids, 0,
+                   static_cast<int32_t>(engine->config().media_placeholder_token_id), in->images,
+                   &in->image_stats));
+  in->vision->Release();
+  return Status::Ok();
+}
 
 // --image with --prompt / --prompt-file: the prompt becomes one user message (the images, then
 // the text) rendered by the chat template with the generation prompt, so the model answers
@@ -650,14 +683,7 @@ Result<PromptRun> Generate(Engine* engine, Env* env, const RunOptions& o, Prompt
   };
   std::unique_ptr<Sequence> seq = engine->NewSequence(o.sampling, seed, 0);
   if (!o.load_state.empty()) K3_RETURN_IF_ERROR(engine->LoadSequence(o.load_state, seq.get()));
-  if (!input->images.empty()) {
-    K3_ASSIGN_OR_RETURN(
-        std::vector<MediaSpan> spans,
-        EncodeImages(input->vision.get(), prompt, 0,
-                     static_cast<int32_t>(engine->config().media_placeholder_token_id),
-                     input->images, &input->image_stats));
-    K3_RETURN_IF_ERROR(engine->AttachMedia(seq.get(), std::move(spans)));
-  }
+  if (!input->spans.empty()) K3_RETURN_IF_ERROR(engine->AttachMedia(seq.get(), input->spans));
   K3_ASSIGN_OR_RETURN(seq->constraint(), constraint.Make());
   K3_ASSIGN_OR_RETURN(run.result, run::Generate(engine, seq.get(), g, on_step));
   if (const auto* c = dynamic_cast<const GrammarConstraint*>(seq->constraint().get())) {
@@ -933,9 +959,11 @@ Status RunK3run(const RunOptions& options, const CliIo& io) {
   if (o.chat) K3_RETURN_IF_ERROR(OpenChatVision(*engine, &input));
   K3_RETURN_IF_ERROR(PlanRun(engine.get(), o, io, P, held, lines,
                              input.vision && !o.chat
-                                 ? input.vision->PlanBytes(input.largest_image_tokens())
+                                 ? VisionEncoder::RowBytes(input.vision->dims(),
+                                                           input.image_tokens())
                                  : 0,
                              o.chat ? input.vision.get() : nullptr));
+  K3_RETURN_IF_ERROR(EncodePromptImages(engine.get(), &input));
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
   PrefillProgress prefill(lines ? ResolvedProgressMode(o.output.progress) : ProgressMode::kNone,
                           engine->chunk(), [](std::string_view s) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's main-job command: set up, build, then run the product end to end on a built-in
-# synthetic model: synth -> verify shards -> pack -> verify prepared -> generate.
+# synthetic model: synth -> verify shards -> pack -> verify prepared -> generate (text, then an
+# image through the vision tower).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${K3_BUILD_DIR:-$root/build}"
@@ -34,5 +35,9 @@ step "k3verify prepared --deep --against the checkpoint"
 
 step "k3run: greedy generation of up to 24 tokens from a text prompt"
 "$build/k3run/k3run" "$work/prepared" --prompt "The quick brown fox" --gen 24 --out "$work/report.json"
+step "k3run: the same with an image (the vision tower, then the answer)"
+"$build/k3run/k3run" "$work/prepared" --image "$root/tests/data/images/rgba_61x47.png" \
+  --prompt "What is in this picture?" --no-think --gen 24 --out "$work/report-image.json"
 printf '\n\nquickstart: done. Report (prompt ids, generated ids and text, timings): %s\n' "$work/report.json"
+printf 'With the image: %s (images, image tokens, tower time)\n' "$work/report-image.json"
 printf 'The synthetic model has random weights: its text is not meant to read well.\n'

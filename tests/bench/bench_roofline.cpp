@@ -1,0 +1,445 @@
+// k3_bench_roofline: the weight × activation kernels (k3run/kernels/matmul.h) against a roofline
+// this binary measures on this machine in the same run, per shape, ISA path, activation rows T
+// and thread count. Never run by CTest; no figure in here comes from another machine or day.
+//
+//   k3_bench_roofline [--threads=N (all: kernels::Threads())] [--isa=scalar,avx2,avx512 (all
+//                     supported)] [--passes=N (5)] [any --benchmark_* flag]
+// --benchmark_format=json writes Google Benchmark's JSON on stdout (the yardsticks are in its
+// "context", every figure a counter); the yardsticks and the summary table go to stderr, so the
+// JSON stays parseable. --benchmark_min_time defaults to 0.1 (s) here.
+//
+// Yardsticks (measured once before the kernels, best of --passes passes each; also registered
+// as benchmarks "roofline/read/threads:K" and "roofline/fma/ISA/threads:K" so the JSON has them):
+//   read: STREAM-like read bandwidth: K threads of the kernels' pool (thread_pool.h) XOR-reduce
+//     a 512 MiB buffer (16× the 32 MB L3) in 16-byte loads, 8 independent accumulators each.
+//   fma: K threads run independent fp32 FMA chains in registers (scalar: std::fmaf as the scalar
+//     path calls it; avx2: 12 ymm chains; avx512: 16 zmm chains); G lane-FMA/s.
+// The roofline of one call: floor = max(weight bytes ÷ read(K), rows·cols·T ÷ fma(ISA, K)).
+//
+// Benchmarks: matmul/<type>/<preset>/<rows>x<cols>/T:<T>/<isa>/threads:<K>, one MatMul call per
+// iteration (kernels::SetThreads(K); MatMul splits rows over threads as the engine's trunk does;
+// the routed experts run one expert per thread through MatMulOnThisThread, which threads:1
+// measures). Weights rotate over copies in a ≥ 128 MiB pool, so each call reads from DRAM as a
+// freshly loaded expert or a streamed trunk layer does. Counters, from the loop's wall time:
+//   weight_GB/s    weight bytes one call reads (MXFP4: packed + scales) per second
+//   pct_read       weight_GB/s ÷ read(K), in %
+//   G_lane_FMA/s   rows·cols·T fp32 multiply-adds per second (the contract's FMAs; the MXFP4
+//                  decode, bf16 widening and the reduction tree are not counted)
+//   pct_fma        G_lane_FMA/s ÷ fma(ISA, K), in %
+//   pct_roofline   floor ÷ time per call, in %: 100 would be running at whichever yardstick binds
+//   memory_bound   1 when the floor is the memory term, 0 when it is the FMA term
+// Shapes: MXFP4 experts w1/w3 [moe_inter][latent] and w2 [latent][moe_inter] of the released
+// config (3072, 3584), the bench preset (256, 512) and the small preset (128, 128); bf16 trunk
+// matrices of the released config (12288×7168, routed_expert_down_proj 3584×7168, up_proj
+// 7168×3584) and the bench preset (dense gate 3584×768, down 768×3584, latent down 512×768).
+// The scalar path (the readable reference, ~50× slower) runs only where rows·cols·T ≤ 2^27.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/sysinfo.h"
+#include "k3run/kernels/matmul.h"
+#include "k3run/kernels/thread_pool.h"
+
+namespace k3::kernels {
+namespace {
+
+constexpr int64_t kReadBytes = int64_t{512} << 20;
+constexpr int64_t kPoolBytes = int64_t{128} << 20;  // 4× the L3: every call reads from DRAM
+constexpr int64_t kScalarMaxWork = int64_t{1} << 27;
+constexpr int kRowCounts[] = {1, 2, 4, 8, 16};
+
+int g_passes = 5;
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- yardsticks ----
+double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes) {
+  const int64_t n = static_cast<int64_t>(mem.size()) / 16;  // 128-byte steps
+  const int64_t chunks = 16 * threads;
+  std::vector<uint64_t> part(static_cast<size_t>(chunks));
+  const __m128i* base = reinterpret_cast<const __m128i*>(mem.data());
+  auto pass = [&] {
+    ParallelChunks(threads, chunks, [&](int64_t c) {
+      __m128i a[8];
+      for (__m128i& v : a) v = _mm_setzero_si128();
+      for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
+        const __m128i* q = base + 8 * i;
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) a[k] = _mm_xor_si128(a[k], _mm_load_si128(q + k));
+      }
+      for (int k = 1; k < 8; ++k) a[0] = _mm_xor_si128(a[0], a[k]);
+      part[static_cast<size_t>(c)] = static_cast<uint64_t>(_mm_cvtsi128_si64(a[0]));
+    });
+  };
+  pass();  // warm-up: worker start, TLB
+  double best = 0;
+  for (int p = 0; p < passes; ++p) {
+    const auto t0 = Clock::now();
+    pass();
+    best = std::max(best, static_cast<double>(mem.size() * 8) / Since(t0) / 1e9);
+  }
+  uint64_t sink = 0;
+  for (uint64_t v : part) sink ^= v;
+  benchmark::DoNotOptimize(sink);
+  return best;
+}
+
+constexpr int64_t kFmaIters = int64_t{1} << 18;
+volatile float g_m = 0.9999f;
+volatile float g_c = 1e-4f;
+
+float FmaChainsScalar(int64_t iters, float m, float c) {
+  float a[16];
+  for (int k = 0; k < 16; ++k) a[k] = 0.001f * static_cast<float>(k);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) a[k] = std::fmaf(a[k], m, c);
+  }
+  float s = 0;
+  for (float v : a) s += v;
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters, float m, float c) {
+  constexpr int kChains = 12;
+  __m256 a[kChains];
+  for (int k = 0; k < kChains; ++k) a[k] = _mm256_set1_ps(0.001f * static_cast<float>(k));
+  const __m256 mv = _mm256_set1_ps(m), cv = _mm256_set1_ps(c);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int k = 0; k < kChains; ++k) a[k] = _mm256_fmadd_ps(a[k], mv, cv);
+  }
+  for (int k = 1; k < kChains; ++k) a[0] = _mm256_add_ps(a[0], a[k]);
+  return _mm256_cvtss_f32(a[0]);
+}
+
+__attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters, float m, float c) {
+  constexpr int kChains = 16;
+  __m512 a[kChains];
+  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_ps(0.001f * static_cast<float>(k));
+  const __m512 mv = _mm512_set1_ps(m), cv = _mm512_set1_ps(c);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int k = 0; k < kChains; ++k) a[k] = _mm512_fmadd_ps(a[k], mv, cv);
+  }
+  for (int k = 1; k < kChains; ++k) a[0] = _mm512_add_ps(a[0], a[k]);
+  return _mm512_cvtss_f32(a[0]);
+}
+
+// G lane-FMA/s of `isa` on `threads` threads, best of `passes`.
+double FmaPeakG(Isa isa, int threads, int passes) {
+  const int64_t iters = isa == Isa::kScalar ? kFmaIters / 8 : kFmaIters;
+  const double per_call = static_cast<double>(iters) *
+                          (isa == Isa::kScalar ? 16.0 : isa == Isa::kAvx2 ? 96.0 : 256.0);
+  const int64_t chunks = 4 * threads;
+  std::vector<float> part(static_cast<size_t>(chunks));
+  const float m = g_m, c = g_c;
+  auto pass = [&] {
+    ParallelChunks(threads, chunks, [&](int64_t k) {
+      float v = 0;
+      switch (isa) {
+        case Isa::kScalar: v = FmaChainsScalar(iters, m, c); break;
+        case Isa::kAvx2: v = FmaChainsAvx2(iters, m, c); break;
+        case Isa::kAvx512: v = FmaChainsAvx512(iters, m, c); break;
+      }
+      part[static_cast<size_t>(k)] = v;
+    });
+  };
+  pass();
+  double best = 0;
+  for (int p = 0; p < passes; ++p) {
+    const auto t0 = Clock::now();
+    pass();
+    best = std::max(best, static_cast<double>(chunks) * per_call / Since(t0) / 1e9);
+  }
+  float sink = 0;
+  for (float v : part) sink += v;
+  benchmark::DoNotOptimize(sink);
+  return best;
+}
+
+std::map<int, double> g_read_gbs;                  // threads → GB/s
+std::map<std::pair<Isa, int>, double> g_fma_g;     // (isa, threads) → G lane-FMA/s
+
+// ---- weights: pools of bytes that rotating copies of a matrix are cut from ----
+struct Pools {
+  std::vector<uint8_t> packed, scales;  // MXFP4: packed kPoolBytes, scales kPoolBytes / 16
+  std::vector<uint16_t> bf16;           // ≥ kPoolBytes and ≥ the largest bf16 matrix
+};
+
+uint64_t Mix(uint64_t& s) {  // splitmix64: fast enough to fill a few hundred MB at start-up
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+Pools MakePools(int64_t bf16_elements) {
+  Pools p;
+  uint64_t s = 1;
+  p.packed.resize(static_cast<size_t>(kPoolBytes));
+  for (size_t i = 0; i < p.packed.size(); i += 8) {
+    const uint64_t v = Mix(s);
+    std::memcpy(p.packed.data() + i, &v, 8);
+  }
+  p.scales.resize(static_cast<size_t>(kPoolBytes / 16));
+  for (uint8_t& v : p.scales) v = static_cast<uint8_t>(118 + Mix(s) % 8);
+  // bf16 of magnitude 2^-7..2^-1 with random sign and mantissa: finite, normal.
+  p.bf16.resize(static_cast<size_t>(std::max(bf16_elements, kPoolBytes / 2)));
+  for (uint16_t& v : p.bf16) {
+    const uint64_t r = Mix(s);
+    v = static_cast<uint16_t>(((r & 1) << 15) | ((120 + (r >> 1) % 6) << 7) | ((r >> 8) & 127));
+  }
+  return p;
+}
+
+struct Shape {
+  WeightType type;
+  const char* preset;  // released | bench | small
+  const char* what;    // w1/w3, w2, or the trunk tensor
+  int64_t rows, cols;
+};
+
+// Copies of `s` cut from the pools at consecutive offsets, as many as fit (at least one).
+std::vector<Matrix> Copies(const Pools& p, const Shape& s) {
+  std::vector<Matrix> v;
+  if (s.type == WeightType::kMXFP4) {
+    const int64_t pb = s.rows * s.cols / 2, sb = s.rows * s.cols / kMxfp4GroupSize;
+    for (int64_t k = 0; (k + 1) * pb <= kPoolBytes; ++k) {
+      v.push_back({s.type, s.rows, s.cols, p.packed.data() + k * pb, p.scales.data() + k * sb});
+    }
+  } else {
+    const int64_t n = s.rows * s.cols;
+    for (int64_t k = 0; (k + 1) * n <= static_cast<int64_t>(p.bf16.size()); ++k) {
+      v.push_back({s.type, s.rows, s.cols, p.bf16.data() + k * n, nullptr});
+    }
+  }
+  return v;
+}
+
+std::string TypeName(WeightType t) { return t == WeightType::kMXFP4 ? "mxfp4" : "bf16"; }
+
+std::string Name(const Shape& s, int64_t T, Isa isa, int threads) {
+  return "matmul/" + TypeName(s.type) + "/" + s.preset + "/" + std::to_string(s.rows) + "x" +
+         std::to_string(s.cols) + "/T:" + std::to_string(T) + "/" + IsaName(isa) +
+         "/threads:" + std::to_string(threads);
+}
+
+// The best (lowest) seconds per call of each matmul benchmark, for the summary.
+std::map<std::string, double> g_best_s;
+
+void BmMatMul(benchmark::State& state, const std::vector<Matrix>* copies, int64_t T, Isa isa,
+              int threads, const std::string& name) {
+  SetIsa(isa);
+  SetThreads(threads);
+  const Matrix& m = (*copies)[0];
+  std::vector<float> x(static_cast<size_t>(T * m.cols)), y(static_cast<size_t>(T * m.rows));
+  uint64_t s = 2;
+  for (float& v : x) v = static_cast<float>(static_cast<int64_t>(Mix(s) % 2001) - 1000) * 1e-3f;
+  size_t k = 0;
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    MatMul((*copies)[k], x.data(), T, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    k = k + 1 == copies->size() ? 0 : k + 1;
+  }
+  const double per_call = Since(t0) / static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(WeightBytes(m));
+  const double fmas = static_cast<double>(m.rows * m.cols * T);
+  const double read = g_read_gbs.at(threads), peak = g_fma_g.at({isa, threads});
+  const double mem_floor = bytes / (read * 1e9), fma_floor = fmas / (peak * 1e9);
+  state.counters["weight_GB/s"] = bytes / per_call / 1e9;
+  state.counters["pct_read"] = 100.0 * bytes / per_call / 1e9 / read;
+  state.counters["G_lane_FMA/s"] = fmas / per_call / 1e9;
+  state.counters["pct_fma"] = 100.0 * fmas / per_call / 1e9 / peak;
+  state.counters["pct_roofline"] = 100.0 * std::max(mem_floor, fma_floor) / per_call;
+  state.counters["memory_bound"] = mem_floor >= fma_floor ? 1 : 0;
+  const auto [it, fresh] = g_best_s.emplace(name, per_call);
+  if (!fresh && per_call < it->second) it->second = per_call;
+}
+
+// One table per weight type: a row per (shape, isa, threads), a cell per T:
+// "GB/s · % of read · % of roofline".
+void PrintSummary(const std::vector<Shape>& shapes, const std::vector<Isa>& isas,
+                  const std::vector<int>& thread_counts) {
+  std::fprintf(stderr, "\n| matrix | isa | threads |");
+  for (int T : kRowCounts) std::fprintf(stderr, " T = %d |", T);
+  std::fprintf(stderr, "\n|---|---|---|");
+  for (int T : kRowCounts) std::fprintf(stderr, "---|%s", T == 16 ? "\n" : "");
+  for (const Shape& s : shapes) {
+    for (Isa isa : isas) {
+      for (int th : thread_counts) {
+        std::string line = "| " + TypeName(s.type) + " " + s.preset + " " + s.what + " " +
+                           std::to_string(s.rows) + "×" + std::to_string(s.cols) + " | " +
+                           IsaName(isa) + " | " + std::to_string(th) + " |";
+        bool any = false;
+        for (int T : kRowCounts) {
+          const auto it = g_best_s.find(Name(s, T, isa, th));
+          if (it == g_best_s.end()) {
+            line += " – |";
+            continue;
+          }
+          any = true;
+          const Matrix m{s.type, s.rows, s.cols, nullptr, nullptr};
+          const double bytes = static_cast<double>(WeightBytes(m));
+          const double fmas = static_cast<double>(s.rows * s.cols * T);
+          const double gbs = bytes / it->second / 1e9;
+          const double floor_s = std::max(bytes / (g_read_gbs.at(th) * 1e9),
+                                          fmas / (g_fma_g.at({isa, th}) * 1e9));
+          char cell[96];
+          std::snprintf(cell, sizeof cell, " %.1f · %.0f%% · %.0f%%%s |", gbs,
+                        100.0 * gbs / g_read_gbs.at(th), 100.0 * floor_s / it->second,
+                        bytes / (g_read_gbs.at(th) * 1e9) >= fmas / (g_fma_g.at({isa, th}) * 1e9)
+                            ? ""
+                            : "ᶠ");
+          line += cell;
+        }
+        if (any) std::fprintf(stderr, "%s\n", line.c_str());
+      }
+    }
+  }
+  std::fprintf(stderr,
+               "cells: weight GB/s · %% of the read yardstick at that thread count · %% of the "
+               "roofline floor (ᶠ: the FMA term binds, else memory)\n");
+}
+
+}  // namespace
+}  // namespace k3::kernels
+
+int main(int argc, char** argv) {
+  using namespace k3::kernels;
+  std::vector<Isa> isas;
+  int all_threads = Threads();
+  std::vector<char*> rest;
+  bool min_time_given = false;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      all_threads = std::atoi(argv[i] + 10);
+    } else if (std::strncmp(argv[i], "--passes=", 9) == 0) {
+      g_passes = std::atoi(argv[i] + 9);
+    } else if (std::strncmp(argv[i], "--isa=", 6) == 0) {
+      std::string list = std::string(argv[i] + 6) + ",";
+      for (size_t p = 0, q; (q = list.find(',', p)) != std::string::npos; p = q + 1) {
+        k3::Result<Isa> isa = ResolveIsaRequest(list.substr(p, q - p), k3::DetectCpu());
+        if (!isa.ok()) {
+          std::fprintf(stderr, "error: --isa: %s\n", isa.status().message().c_str());
+          return 2;
+        }
+        isas.push_back(*isa);
+      }
+    } else {
+      if (std::strncmp(argv[i], "--benchmark_min_time", 20) == 0) min_time_given = true;
+      rest.push_back(argv[i]);
+    }
+  }
+  if (all_threads < 1 || all_threads > kMaxThreads || g_passes < 1) {
+    std::fprintf(stderr, "error: --threads must be in [1, %d], --passes >= 1\n", kMaxThreads);
+    return 2;
+  }
+  if (isas.empty()) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (IsaSupported(isa)) isas.push_back(isa);
+    }
+  }
+  static char min_time[] = "--benchmark_min_time=0.1";
+  if (!min_time_given) rest.push_back(min_time);
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+
+  std::vector<int> thread_counts = {1};
+  if (all_threads > 1) thread_counts.push_back(all_threads);
+
+  const std::vector<Shape> shapes = {
+      {WeightType::kMXFP4, "released", "w1/w3", 3072, 3584},
+      {WeightType::kMXFP4, "released", "w2", 3584, 3072},
+      {WeightType::kMXFP4, "bench", "w1/w3", 256, 512},
+      {WeightType::kMXFP4, "bench", "w2", 512, 256},
+      {WeightType::kMXFP4, "small", "w1/w2/w3", 128, 128},
+      {WeightType::kBF16, "released", "trunk", 12288, 7168},
+      {WeightType::kBF16, "released", "latent down", 3584, 7168},
+      {WeightType::kBF16, "released", "latent up", 7168, 3584},
+      {WeightType::kBF16, "bench", "dense gate", 3584, 768},
+      {WeightType::kBF16, "bench", "dense down", 768, 3584},
+      {WeightType::kBF16, "bench", "latent down", 512, 768},
+  };
+
+  // Yardsticks first, on a quiet pool.
+  std::vector<uint64_t> mem(static_cast<size_t>(kReadBytes / 8));
+  for (size_t i = 0; i < mem.size(); ++i) mem[i] = i * 0x9E3779B97F4A7C15ull;
+  {
+    for (int th : thread_counts) {
+      g_read_gbs[th] = ReadGBs(mem, th, g_passes);
+      std::fprintf(stderr, "roofline read, %d thread%s: %.2f GB/s (best of %d)\n", th,
+                   th == 1 ? "" : "s", g_read_gbs[th], g_passes);
+      benchmark::AddCustomContext("roofline_read_GB/s_threads:" + std::to_string(th),
+                                  std::to_string(g_read_gbs[th]));
+      for (Isa isa : isas) {
+        g_fma_g[{isa, th}] = FmaPeakG(isa, th, g_passes);
+        std::fprintf(stderr, "roofline fma %s, %d thread%s: %.2f G lane-FMA/s\n", IsaName(isa),
+                     th, th == 1 ? "" : "s", g_fma_g[{isa, th}]);
+        benchmark::AddCustomContext(
+            std::string("roofline_fma_G/s_") + IsaName(isa) + "_threads:" + std::to_string(th),
+            std::to_string(g_fma_g[{isa, th}]));
+      }
+    }
+    // The yardsticks as benchmarks too (one pass per iteration), so the JSON lists them.
+    for (int th : thread_counts) {
+      benchmark::RegisterBenchmark(("roofline/read/threads:" + std::to_string(th)).c_str(),
+                                   [th, &mem](benchmark::State& st) {
+                                     double best = 0;
+                                     for (auto _ : st) best = std::max(best, ReadGBs(mem, th, 1));
+                                     st.counters["GB/s"] = best;
+                                   })
+          ->Iterations(3)
+          ->UseRealTime();
+    }
+  }
+
+  int64_t largest_bf16 = 0;
+  for (const Shape& s : shapes) {
+    if (s.type == WeightType::kBF16) largest_bf16 = std::max(largest_bf16, s.rows * s.cols);
+  }
+  const Pools pools = MakePools(largest_bf16);
+  std::vector<std::vector<Matrix>> copies;
+  copies.reserve(shapes.size());
+  for (const Shape& s : shapes) copies.push_back(Copies(pools, s));
+
+  benchmark::AddCustomContext("k3_all_threads", std::to_string(all_threads));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    for (Isa isa : isas) {
+      for (int th : thread_counts) {
+        for (int T : kRowCounts) {
+          if (isa == Isa::kScalar && s.rows * s.cols * T > kScalarMaxWork) continue;
+          const std::string name = Name(s, T, isa, th);
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [c = &copies[i], T, isa, th, name](benchmark::State& st) {
+                                         BmMatMul(st, c, T, isa, th, name);
+                                       })
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  PrintSummary(shapes, isas, thread_counts);
+  return 0;
+}

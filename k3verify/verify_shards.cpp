@@ -11,6 +11,7 @@
 #include "common/parallel.h"
 #include "common/sysinfo.h"
 #include "formats/config.h"
+#include "formats/vision_config.h"
 #include "formats/download_manifest.h"
 #include "formats/prepared_layout.h"
 #include "formats/safetensors.h"
@@ -106,6 +107,32 @@ void CompareWithManifest(Env* env, const std::string& dir, const dl::DownloadMan
   }
 }
 
+// The vision part: config.json's vision_config must read, and without an index file every
+// tensor it implies must be in a shard (the index, when present, is checked against the shards).
+Status CheckVisionTensors(Env* env, const std::string& config_path, const std::string& dir,
+                          const st::CheckpointIndex* index) {
+  K3_ASSIGN_OR_RETURN(const std::string text,
+                      ReadFileToString(env, config_path, kMaxConfigBytes));
+  K3_ASSIGN_OR_RETURN(const std::optional<VisionConfig> vision,
+                      ParseVisionConfig(text, config_path));
+  if (!vision || index == nullptr || env->Exists(JoinPath(dir, kIndexFileName))) {
+    return Status::Ok();
+  }
+  uint64_t missing = 0;
+  std::string first;
+  const std::vector<VisionTensor> want = VisionTensors(*vision);
+  for (const VisionTensor& t : want) {
+    if (index->Find(t.name) != nullptr) continue;
+    if (missing++ == 0) first = t.name;
+  }
+  if (missing == 0) return Status::Ok();
+  return Status::Invalid(dir + ": " + std::to_string(missing) + " of " +
+                         std::to_string(want.size()) + " vision tensors that config.json's "
+                         "vision_config implies are in no shard (no " + kIndexFileName +
+                         "); first: " + first + "; the checkpoint is incomplete (the vision "
+                         "shards missing?): re-download or re-synthesize it");
+}
+
 // One problem summarising what is missing, a line per incomplete layer (the first kShownUnits).
 Status MissingTensorsProblem(const std::string& dir,
                              const std::vector<prepared::MissingTensors>& missing) {
@@ -193,6 +220,10 @@ Result<ShardsReport> VerifyShards(Env* env, const ShardsOptions& options) {
       const std::vector<prepared::MissingTensors> missing =
           prepared::FindMissingTensors(*config, prepared::TensorsOf(*index));
       if (!missing.empty()) report.problems.push_back(MissingTensorsProblem(dir, missing));
+    }
+    if (Status v = CheckVisionTensors(env, config_path, dir, index ? &*index : nullptr);
+        !v.ok()) {
+      report.problems.push_back(v);
     }
   }
 

@@ -9,6 +9,7 @@
 #include "formats/prepared_manifest.h"
 #include "formats/safetensors.h"
 #include "k3verify/verify_prepared.h"
+#include "k3verify/verify_shards.h"
 #include "tests/k3verify/mini_pack.h"
 #include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
@@ -85,6 +86,27 @@ TEST_F(VerifyVision, TruncatedVisionBinIsNamed) {
   const Status v = Run().Verdict();
   EXPECT_FALSE(v.ok());
   EXPECT_THAT(v.message(), HasSubstr("vision.bin"));
+}
+
+// Without an index file, the shards are checked against config.json: a missing tower shard is
+// named through the vision_config's tensors (with the index, the index names it).
+TEST_F(VerifyVision, ShardsWithoutTheTowerShardAndIndexAreIncomplete) {
+  ShardsOptions o;
+  o.model_dir = model_.path();
+  o.progress = ProgressMode::kNone;
+  Result<ShardsReport> good = VerifyShards(Env::Default(), o);
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(good->Verdict().ok()) << RenderShardsText(*good);
+  fs::remove(model_.Join("model.safetensors.index.json"));
+  fs::remove(model_.Join("model-00016-of-000016.safetensors"));
+  Result<ShardsReport> r = VerifyShards(Env::Default(), o);
+  ASSERT_TRUE(r.ok());
+  const Status v = r->Verdict();
+  EXPECT_EQ(v.code(), Code::kInvalid);
+  EXPECT_THAT(RenderShardsText(*r),
+              HasSubstr("15 of 18 vision tensors that config.json's vision_config implies are "
+                        "in no shard"));
+  EXPECT_THAT(RenderShardsText(*r), HasSubstr("first: vision_tower.patch_embed.proj.weight"));
 }
 
 }  // namespace

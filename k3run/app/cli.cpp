@@ -902,7 +902,18 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
   RunOptions as_chat = o;  // the chat's context rule, with room for at least one token
   as_chat.chat = true;
   as_chat.gen = 1;
-  K3_RETURN_IF_ERROR(PlanRun(engine.get(), as_chat, io, 0, 0, lines));
+  // Images (docs/SERVER.md "Images"): the tower is opened once; the plan holds its weights and
+  // its scratch and rows for --max-image-tokens. A text-only directory serves text.
+  std::unique_ptr<VisionEncoder> vision;
+  std::string no_vision;
+  if (Result<std::unique_ptr<VisionEncoder>> v = VisionEncoder::Open(env, engine->prepared());
+      v.ok()) {
+    vision = std::move(v).value();
+  } else {
+    no_vision = v.status().message();
+  }
+  K3_RETURN_IF_ERROR(PlanRun(engine.get(), as_chat, io, 0, 0, lines,
+                             vision ? vision->PlanBytes(o.serve.max_image_tokens) : 0));
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
   if (lines) LogPlan(*engine, isa, /*chat=*/true);
   std::string name = o.prepared;
@@ -911,7 +922,8 @@ Status Serve(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa isa, b
   ServeOptions serve = o.serve;
   serve.spec = o.spec;
   serve.spec_fixed = o.spec_fixed;
-  return RunServer(engine.get(), serve, name, engine->memory_plan().sequences);
+  return RunServer(engine.get(), serve, name, engine->memory_plan().sequences, vision.get(),
+                   no_vision);
 }
 
 }  // namespace
@@ -1268,6 +1280,11 @@ void AddServeFlags(CLI::App* app, ServeOptions* o) {
                   "--serve: open connections at most; past it the one that waited longest for "
                   "its request is closed (503)")
       ->check(InRange(1, 65536))
+      ->capture_default_str();
+  app->add_option("--max-image-tokens", o->max_image_tokens,
+                  "--serve: image tokens one request may hold (400 past it); the memory plan "
+                  "holds the vision tower for them")
+      ->check(InRange(1, 1 << 20))
       ->capture_default_str();
 }
 

@@ -8,8 +8,10 @@ Result<ImageInput> LoadImageFile(Env* env, const std::string& path) {
   return ImageInput{path, std::move(patches)};
 }
 
-Result<ImageInput> LoadImageBytes(std::string_view bytes, const std::string& name) {
-  K3_ASSIGN_OR_RETURN(vision::ImagePatches patches, vision::PreprocessImageBytes(bytes, name));
+Result<ImageInput> LoadImageBytes(std::string_view bytes, const std::string& name,
+                                  const vision::DecodeLimits& limits) {
+  K3_ASSIGN_OR_RETURN(vision::ImagePatches patches,
+                      vision::PreprocessImageBytes(bytes, name, limits));
   return ImageInput{name, std::move(patches)};
 }
 

@@ -29,9 +29,11 @@ struct ImageInput {
   int64_t tokens() const { return patches.grid.tokens; }
 };
 
-// Reads, decodes and preprocesses; kInvalid naming the image.
+// Reads, decodes and preprocesses; kInvalid naming the image. `limits`: the decoder's
+// (a server lowers them for untrusted bytes).
 Result<ImageInput> LoadImageFile(Env* env, const std::string& path);
-Result<ImageInput> LoadImageBytes(std::string_view bytes, const std::string& name);
+Result<ImageInput> LoadImageBytes(std::string_view bytes, const std::string& name,
+                                  const vision::DecodeLimits& limits = {});
 
 // The template's view of the image, placed at byte `at` of its message.
 ChatImage ChatImageOf(const ImageInput& image, size_t at);

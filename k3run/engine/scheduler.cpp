@@ -42,6 +42,26 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Request::media: inside the prompt, ascending, not overlapping, `hidden` floats a row.
+Status CheckMedia(const std::vector<MediaSpan>& media, size_t prompt, int64_t hidden) {
+  int64_t end = 0;
+  for (const MediaSpan& m : media) {
+    const std::string where = "request: image rows at prompt positions " +
+                              std::to_string(m.first) + ".." + std::to_string(m.first + m.rows - 1);
+    if (m.rows <= 0 || m.first < end || m.first + m.rows > static_cast<int64_t>(prompt)) {
+      return Status::Invalid(where + ": not inside the prompt of " + std::to_string(prompt) +
+                             " ids after the previous image");
+    }
+    if (m.data == nullptr ||
+        m.data->size() != static_cast<size_t>(m.rows) * static_cast<size_t>(hidden)) {
+      return Status::Invalid(where + ": rows are not " + std::to_string(m.rows) + " x " +
+                             std::to_string(hidden) + " floats");
+    }
+    end = m.first + m.rows;
+  }
+  return Status::Ok();
+}
+
 Status RunInvalid(int64_t id) {
   return Status::Unreliable("RUN INVALID: request " + std::to_string(id) +
                             ": its rows were routed to an expert that could not be read; its "
@@ -234,6 +254,15 @@ void Scheduler::Impl::Start(Slot* slot, Waiting w) {
   // argmax) and unconstrained. The others decode a row per pass, exactly as without --spec.
   if (spec > 0 && !slot->req.sampling.sampling() && slot->req.constraint == nullptr) {
     slot->policy.emplace(spec, cost, !o.spec_fixed);
+  }
+  if (slot->req.encode_media) {
+    Result<std::vector<MediaSpan>> spans = slot->req.encode_media();
+    Status s = spans.status();
+    if (s.ok()) {
+      slot->req.media = std::move(spans).value();
+      s = CheckMedia(slot->req.media, slot->req.prompt.size(), engine->config().hidden);
+    }
+    if (!s.ok()) return Finish(slot, FinishReason::kError, s);
   }
   const SequenceSnapshot* snap =
       cache.budget() > 0 ? cache.Longest(slot->req.prompt, slot->req.media) : nullptr;
@@ -551,22 +580,7 @@ Result<int64_t> Scheduler::Submit(Request r) {
                            " positions");
   }
   if (r.max_tokens < 0) return Status::Invalid("request: max_tokens must be >= 0");
-  int64_t media_end = 0;
-  for (const MediaSpan& m : r.media) {
-    const std::string where = "request: image rows at prompt positions " +
-                              std::to_string(m.first) + ".." + std::to_string(m.first + m.rows - 1);
-    if (m.rows <= 0 || m.first < media_end ||
-        m.first + m.rows > static_cast<int64_t>(r.prompt.size())) {
-      return Status::Invalid(where + ": not inside the prompt of " +
-                             std::to_string(r.prompt.size()) + " ids after the previous image");
-    }
-    if (m.data == nullptr ||
-        m.data->size() != static_cast<size_t>(m.rows) * static_cast<size_t>(c.hidden)) {
-      return Status::Invalid(where + ": rows are not " + std::to_string(m.rows) + " x " +
-                             std::to_string(c.hidden) + " floats");
-    }
-    media_end = m.first + m.rows;
-  }
+  K3_RETURN_IF_ERROR(CheckMedia(r.media, r.prompt.size(), c.hidden));
   K3_RETURN_IF_ERROR(ValidateSamplerOptions(r.sampling));
   std::lock_guard<std::mutex> l(impl_->mu);
   // A request waits only for a slot: those submitted beyond the free slots are the queue.

@@ -76,6 +76,11 @@ struct Request {
   // Images (media.h): spans at prompt positions (0 = the prompt's first id), ascending, not
   // overlapping, inside the prompt; the prompt holds a pad at each of their positions.
   std::vector<MediaSpan> media;
+  // Images still to encode: called once at admission, on the engine thread (the tower drives
+  // the compute threads, which only that thread may), it returns the spans that replace
+  // `media`; its error ends the request with kError. Null: `media` as given. The server and
+  // --batch encode here, so only admitted requests hold image rows.
+  std::function<Result<std::vector<MediaSpan>>()> encode_media;
   int64_t max_tokens = 0;        // tokens to generate; 0 = prefill only
   SamplerOptions sampling;       // greedy by default
   uint64_t seed = 0;

@@ -170,8 +170,17 @@ bool ParseStop(const Fields& f, std::vector<std::string>* stop) {
   return true;
 }
 
-// A message's content: a string, or an array of {"type": "text", "text": ...} parts (joined).
-bool ParseContent(const json& m, const std::string& param, std::string* out, ApiError* error) {
+// "image K of message M" (both 1-based): how every refusal names an image part.
+std::string ImageName(size_t message, int index) {
+  return "image " + std::to_string(index) + " of message " + std::to_string(message + 1);
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts (joined)
+// and, in a user message, {"type": "image_url", "image_url": {"url": ..., "detail": ...}} parts
+// (each placed at the byte where it sits among the text; "detail" is accepted and ignored).
+bool ParseContent(const json& m, size_t message, const std::string& role, std::string* out,
+                  std::vector<ApiImagePart>* images, ApiError* error) {
+  const std::string param = "messages[" + std::to_string(message) + "]";
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) return true;
   if (it->is_string()) {
@@ -179,24 +188,54 @@ bool ParseContent(const json& m, const std::string& param, std::string* out, Api
     return true;
   }
   if (!it->is_array()) {
-    *error = BadRequest("'" + param + ".content' must be a string or an array of text parts",
+    *error = BadRequest("'" + param + ".content' must be a string or an array of content parts",
                         param + ".content");
     return false;
   }
+  int count = 0;
   for (const json& part : *it) {
-    if (!part.is_object() || part.value("type", std::string()) != "text" ||
-        !part.contains("text") || !part["text"].is_string()) {
+    const std::string type = part.is_object() ? part.value("type", std::string()) : "";
+    if (type == "text" && part.contains("text") && part["text"].is_string()) {
+      *out += part["text"].get<std::string>();
+      continue;
+    }
+    if (type != "image_url") {
       *error = BadRequest("'" + param + ".content': only text parts ({\"type\": \"text\", "
-                          "\"text\": ...}) are supported", param + ".content");
+                          "\"text\": ...}) and image parts ({\"type\": \"image_url\", "
+                          "\"image_url\": {\"url\": \"data:image/png;base64,...\"}}) are "
+                          "supported", param + ".content");
       return false;
     }
-    *out += part["text"].get<std::string>();
+    const std::string name = ImageName(message, ++count);
+    if (role != "user") {
+      *error = BadRequest(name + ": images are accepted in user messages only (this one is " +
+                          role + ")", param + ".content");
+      return false;
+    }
+    const json* url = nullptr;
+    if (auto iu = part.find("image_url"); iu != part.end()) {
+      if (iu->is_string()) url = &*iu;  // a bare string, as some clients send
+      if (iu->is_object() && iu->contains("url")) url = &(*iu)["url"];
+    }
+    if (url == nullptr || !url->is_string()) {
+      *error = BadRequest(name + ": 'image_url' must be {\"url\": \"data:image/...;base64,...\"}",
+                          param + ".content");
+      return false;
+    }
+    const std::string u = url->get<std::string>();
+    if (u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0) {
+      *error = BadRequest(name + ": remote images are not fetched; send the image itself as a "
+                          "data URL (data:image/png;base64,... or data:image/jpeg;base64,...)",
+                          param + ".content", "remote_image");
+      return false;
+    }
+    images->push_back(ApiImagePart{message, count, out->size(), u});
   }
   return true;
 }
 
 bool ParseMessages(const Fields& f, const json& body, std::vector<ChatMessage>* out,
-                   ApiError* error) {
+                   std::vector<ApiImagePart>* images, ApiError* error) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return f.Fail("messages", "is required");
   if (!it->is_array() || it->empty()) return f.Fail("messages", "must be a non-empty array");
@@ -214,7 +253,7 @@ bool ParseMessages(const Fields& f, const json& body, std::vector<ChatMessage>* 
       return f.Fail(param + ".role", "must be system, developer, user, assistant or tool (\"" +
                                          role->get<std::string>() + "\" is not supported)");
     }
-    if (!ParseContent(m, param, &msg.content, error)) return false;
+    if (!ParseContent(m, i, msg.role, &msg.content, images, error)) return false;
     if (!ParseMessageToolParts(m, param, &msg, error)) return false;
     if (msg.role == "assistant") {
       // A client re-sending our reply may keep its thinking; the template renders it back.
@@ -332,7 +371,7 @@ bool ParseApiRequest(std::string_view body, Endpoint endpoint, ApiRequest* out, 
   }
   r.model = model.value_or("");
   if (endpoint == Endpoint::kChat) {
-    if (!ParseMessages(f, j, &r.messages, error) || !ParseEffort(f, &r) ||
+    if (!ParseMessages(f, j, &r.messages, &r.images, error) || !ParseEffort(f, &r) ||
         !ParseToolFields(j, &r, error)) {
       return false;
     }

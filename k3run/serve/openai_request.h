@@ -44,10 +44,20 @@ struct ToolSpec {
   std::string parameters;
 };
 
+// An image part of a chat message ({"type": "image_url", "image_url": {"url": ...}}), not yet
+// decoded (server_images.h does that, with the server's limits): where it goes and its URL.
+struct ApiImagePart {
+  size_t message = 0;  // index in `messages`
+  int index = 1;       // 1-based among the images of its message
+  size_t at = 0;       // byte offset in the message's content (its text parts joined)
+  std::string url;     // a data: URL (remote URLs are refused while parsing)
+};
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                     // "" when not given
   std::vector<ChatMessage> messages;     // chat
+  std::vector<ApiImagePart> images;      // chat: image parts of user messages, in order
   TemplateOptions tmpl;                  // chat: thinking and effort (reasoning_effort)
   std::optional<std::string> prompt;     // completion: text
   std::vector<int32_t> prompt_ids;       // completion: ids (when `prompt` is not text)

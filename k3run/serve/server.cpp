@@ -146,7 +146,7 @@ bool WaitUntil(Pred pred, double seconds) {
 }  // namespace
 
 Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model,
-                 int64_t max_seqs) {
+                 int64_t max_seqs, VisionEncoder* vision, const std::string& no_vision) {
   ServerContext ctx;
   ctx.engine = engine;
   ctx.tokenizer = engine->tokenizer();
@@ -161,6 +161,13 @@ Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model
   ctx.max_seqs = max_seqs;
   ctx.max_queue = o.queue;
   ctx.web = o.web;
+  ctx.vision.encoder = vision;
+  // Without the directory's path: clients need not know where the model lives.
+  const size_t why = no_vision.find("no vision: ");
+  ctx.vision.no_vision = why == std::string::npos ? "this model has no vision tower"
+                                                  : no_vision.substr(why + 11);
+  ctx.vision.max_tokens = o.max_image_tokens;
+  ctx.vision.limits = ImageLimits(o.max_image_tokens);
   ctx.created = static_cast<int64_t>(std::time(nullptr));
   K3_ASSIGN_OR_RETURN(ctx.api_key, ReadApiKey(Env::Default(), o.api_key_file));
 

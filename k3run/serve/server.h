@@ -21,6 +21,7 @@
 #include "k3run/engine/session.h"
 #include "k3run/serve/front_door.h"
 #include "k3run/serve/openai_request.h"
+#include "k3run/serve/server_images.h"
 
 namespace k3::run {
 
@@ -36,6 +37,9 @@ struct ServeOptions {
   int64_t spec = 0;
   bool spec_fixed = false;
   bool web = false;                   // --web: the chat page at / (web_page.h)
+  // --max-image-tokens: the image tokens one request may hold (server_images.h); the memory
+  // plan holds the tower for them.
+  int64_t max_image_tokens = kDefaultMaxImageTokens;
   // --header-timeout, --body-timeout, --max-connections; bodies up to kMaxBodyBytes.
   FrontDoorLimits limits = [] {
     FrontDoorLimits l;
@@ -54,8 +58,11 @@ inline constexpr double kShutdownSeconds = 5;
 
 // `engine`: opened with a tokenizer or not, planned for `max_seqs` sequences of the context the
 // caller chose; its weights are NOT loaded (the server loads them behind /health). `model`: the
-// one model /v1/models lists and requests may name. Blocks until shut down; Ok after a signal.
+// one model /v1/models lists and requests may name. `vision`: the tower, opened once (the plan
+// holds VisionEncoder::PlanBytes(max_image_tokens)); null on a text-only directory, then image
+// requests get 400 "no vision: " + `no_vision`. Blocks until shut down; Ok after a signal.
 Status RunServer(Engine* engine, const ServeOptions& o, const std::string& model,
-                 int64_t max_seqs);
+                 int64_t max_seqs, VisionEncoder* vision = nullptr,
+                 const std::string& no_vision = "");
 
 }  // namespace k3::run

@@ -16,6 +16,7 @@
 #include "k3run/engine/grammar_constraint.h"
 #include "k3run/engine/scheduler.h"
 #include "k3run/engine/session.h"
+#include "k3run/serve/server_images.h"
 #include "k3run/text/chat_template.h"
 
 namespace k3::run {
@@ -41,6 +42,7 @@ struct ServerContext {
   std::string api_key;     // "": no key required
   bool web = false;        // --web: GET / serves the chat page
   int64_t created = 0;     // Unix seconds at start (/v1/models)
+  ServerVision vision;     // images: the encoder (or why there is none) and the limits
 
   std::atomic<ServerPhase> phase{ServerPhase::kLoading};
   std::unique_ptr<Scheduler> scheduler;

@@ -98,6 +98,7 @@ Request MakeRequest(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt
                              : (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   if (!job->request.ignore_eos) q.stop_ids = EndTokenIds(job->ctx.tokenizer);
   q.constraint = job->constraint;
+  q.encode_media = job->encode_media;
   Job* j = job.get();  // the callbacks keep `job` alive through on_done
   q.on_token = [job](int32_t token, const float*) {
     TextDelta d = job->text.Token(token);
@@ -176,7 +177,14 @@ bool BuildPrompt(const ServerContext& ctx, const ApiRequest& r, std::vector<int3
   const int64_t room = ctx.context - P + 1;
   const int64_t want = r.max_tokens.value_or(room);
   if (room < 1 || want > room) {
+    int64_t image_tokens = 0;
+    for (const ChatMessage& m : r.messages) {
+      for (const ChatImage& i : m.images) image_tokens += i.tokens;
+    }
     *error = BadRequest("the prompt has " + std::to_string(P) + " tokens" +
+                            (image_tokens > 0 ? " (of which " + std::to_string(image_tokens) +
+                                                    " image tokens)"
+                                              : "") +
                             (r.max_tokens ? " and max_tokens is " + std::to_string(want) : "") +
                             ": more than the context of " + std::to_string(ctx.context) +
                             " positions (--ctx) holds",

@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +36,8 @@ struct Job {
   ApiRequest request;
   ResponseMeta meta;
   std::shared_ptr<TokenConstraint> constraint;  // structured output (structured_output.h)
+  // Images: their rows, encoded at admission on the engine thread (server_images.h); null: none.
+  std::function<Result<std::vector<MediaSpan>>()> encode_media;
   int64_t id = -1;             // the scheduler's
   int64_t submitted_ns = 0;
 

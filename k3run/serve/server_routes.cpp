@@ -4,6 +4,7 @@
 
 #include "k3run/serve/openai_request.h"
 #include "k3run/serve/openai_response.h"
+#include "k3run/serve/server_images.h"
 #include "k3run/serve/server_job.h"
 #include "k3run/serve/structured_output.h"
 #include "k3run/serve/web_page.h"
@@ -38,6 +39,10 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
                                      ctx.model + "' (GET /v1/models)",
                             "invalid_request_error", "model_not_found"));
   }
+  // Images: decoded and priced now (400s before any pass), encoded at admission.
+  std::vector<ImageInput> images;
+  if (!LoadRequestImages(ctx.vision, &r, &images, &error)) return Reply(res, error);
+  r.images.clear();  // the data URLs: decoded
   std::vector<int32_t> prompt;
   int64_t max_tokens = 0;
   if (!BuildPrompt(ctx, r, &prompt, &max_tokens, &error)) return Reply(res, error);
@@ -45,6 +50,11 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
   if (!BuildConstraint(ctx, r, &constraint, &error)) return Reply(res, error);
   auto job = std::make_shared<Job>(ctx, r);
   job->constraint = std::move(constraint);
+  if (!images.empty()) {
+    job->encode_media = MediaEncoderFor(
+        ctx.vision.encoder, static_cast<int32_t>(ctx.engine->config().media_placeholder_token_id),
+        prompt, std::move(images));
+  }
   if (!SubmitJob(job, std::move(prompt), max_tokens, &error)) {
     if (error.http == 429) res.set_header("Retry-After", "1");
     return Reply(res, error);

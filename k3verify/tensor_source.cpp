@@ -85,6 +85,14 @@ Result<TensorDir> TensorDir::Open(Env* env, const std::string& dir, const std::s
     K3_ASSIGN_OR_RETURN(out.prepared_, prepared::OpenPrepared(env, dir, o));
   } else {
     K3_ASSIGN_OR_RETURN(out.checkpoint_, st::CheckpointIndex::Open(env, dir));
+    // Vision tensors are the model's when config.json has a vision_config (pack carries them
+    // then); otherwise they are left out like any other name outside the language model.
+    const std::string config = JoinPath(dir, "config.json");
+    if (env->Exists(config)) {
+      K3_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(env, config, kMaxConfigBytes));
+      K3_ASSIGN_OR_RETURN(const std::optional<VisionConfig> v, ParseVisionConfig(text, config));
+      out.checkpoint_vision_ = v.has_value();
+    }
   }
   return out;
 }
@@ -218,7 +226,8 @@ std::vector<TensorRef> TensorDir::All(uint64_t* skipped) const {
   }
   for (const auto& loc : checkpoint_->All()) {
     const std::string& name = loc.tensor->name;
-    if (name.rfind("language_model.", 0) != 0 && !IsVisionTensorName(name)) {
+    if (name.rfind("language_model.", 0) != 0 &&
+        !(checkpoint_vision_ && IsVisionTensorName(name))) {
       ++*skipped;
       continue;
     }

@@ -58,8 +58,9 @@ class TensorDir {
   // expert another rank's share holds.
   Result<std::optional<TensorRef>> Find(const std::string& name, bool mxfp4) const;
   // Every tensor as --emit records it: language-model and vision tensors (vision.bin in a
-  // prepared directory), MXFP4 pairs as one entry; a share's experts only those it holds.
-  // `skipped` counts checkpoint tensors left out (names of neither part).
+  // prepared directory; in a checkpoint, when config.json has a vision_config), MXFP4 pairs as
+  // one entry; a share's experts only those it holds. `skipped` counts checkpoint tensors left
+  // out.
   std::vector<TensorRef> All(uint64_t* skipped) const;
 
  private:
@@ -70,6 +71,7 @@ class TensorDir {
 
   std::optional<st::CheckpointIndex> checkpoint_;
   std::optional<prepared::PreparedDir> prepared_;
+  bool checkpoint_vision_ = false;  // a checkpoint whose config.json has a vision_config
 };
 
 // Open files for ReadTensor, one cache per thread.

@@ -14,8 +14,10 @@
 #include "k3run/app/interrupt.h"
 #include "k3run/app/logits_dump.h"
 #include "k3run/engine/generate.h"
+#include "k3run/engine/image_input.h"
 #include "k3run/engine/scheduler.h"
 #include "k3run/engine/stop_rules.h"
+#include "k3run/text/chat_template.h"
 
 namespace k3::run {
 
@@ -23,8 +25,8 @@ void AddBatchFlags(CLI::App* app, RunOptions* o) {
   app->add_option_function<std::string>(
       "--batch", [o](const std::string& v) { o->batch = v; },
       "run every request of FILE (JSON Lines: {\"prompt\": TEXT} or {\"ids\": [..]}, optional "
-      "\"gen\"; - is stdin) together, sharing passes; one JSON line per request on stdout, in "
-      "input order");
+      "\"gen\", and \"images\": [FILE..] with a prompt as --image; - is stdin) together, "
+      "sharing passes; one JSON line per request on stdout, in input order");
   app->add_option_function<int64_t>(
          "--max-seqs", [o](const int64_t& v) { o->max_seqs = v; },
          "--batch, --serve: sequences held at once, each sharing every pass (default: what "
@@ -62,6 +64,42 @@ Status CheckBatchInputs(const RunOptions& o, const std::vector<BatchInput>& inpu
       return Status::Invalid(BatchInputName(*o.batch) + ":" + std::to_string(in.line) +
                              ": \"spec_oracle\" needs --spec N");
     }
+  }
+  return Status::Ok();
+}
+
+Status ResolveBatchImages(const Engine& engine, const RunOptions& o,
+                          std::vector<BatchInput>* inputs,
+                          std::unique_ptr<VisionEncoder>* vision) {
+  std::optional<ChatTemplate> chat;
+  for (BatchInput& in : *inputs) {
+    if (in.images.empty()) continue;
+    const std::string where = BatchInputName(*o.batch) + ":" + std::to_string(in.line) + ": ";
+    if (!*vision) {
+      Result<std::unique_ptr<VisionEncoder>> v = VisionEncoder::Open(Env::Default(),
+                                                                     engine.prepared());
+      if (!v.ok()) return Status::Invalid(where + v.status().message());
+      *vision = std::move(v).value();
+      Result<ChatTemplate> t = ChatTemplate::Create(engine.tokenizer(), engine.prepared().dir);
+      if (!t.ok()) return Status::Invalid(where + t.status().message());
+      chat.emplace(std::move(t).value());
+    }
+    ChatMessage user;
+    user.role = "user";
+    user.content = in.text;
+    for (const std::string& path : in.images) {
+      Result<ImageInput> image = LoadImageFile(Env::Default(), path);
+      if (!image.ok()) return Status::Invalid(where + image.status().message());
+      user.images.push_back(ChatImageOf(*image, 0));
+      in.image_inputs.push_back(std::move(image).value());
+    }
+    TemplateOptions t;
+    t.thinking = !o.no_think;
+    if (o.effort) t.effort = *o.effort;
+    K3_RETURN_IF_ERROR(ValidateEffort(t.effort));
+    Result<std::vector<int32_t>> ids = chat->RenderChecked({user}, t, /*generation_prompt=*/true);
+    if (!ids.ok()) return Status::Invalid(where + ids.status().message());
+    in.ids = std::move(ids).value();
   }
   return Status::Ok();
 }
@@ -286,6 +324,13 @@ Request MakeRequest(Engine* engine, const RunOptions& o, const BatchContext& ctx
   r.seed = ctx.seed + static_cast<uint64_t>(m->index);
   r.stop_ids = stop_ids;
   if (!m->in->spec_oracle.empty()) r.drafter = ContinuationDrafter(m->in->spec_oracle);
+  if (!m->in->image_inputs.empty()) {
+    // At admission, on this (the engine's) thread: only admitted lines hold image rows.
+    const auto pad = static_cast<int32_t>(engine->config().media_placeholder_token_id);
+    r.encode_media = [in = m->in, vision = ctx.vision, pad] {
+      return EncodeImages(vision, in->ids, 0, pad, in->image_inputs, nullptr);
+    };
+  }
   r.on_token = [m, &o, ctx, tokenizer, vocab](int32_t token, const float* logits) {
     if (!o.dump_logits.empty() && (o.dump_all || m->steps == 0) && m->dump_status.ok()) {
       if (!m->dump) {

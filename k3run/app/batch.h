@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "k3run/app/batch_input.h"
 #include "k3run/app/cli.h"
 #include "k3run/engine/session.h"
+#include "k3run/engine/vision_encoder.h"
 
 namespace k3::run {
 
@@ -52,6 +54,14 @@ Status CheckBatchFlags(const RunOptions& o);
 std::string BatchInputName(const std::string& file);
 // What the inputs ask of the flags: a line's "spec_oracle" needs --spec (exit 2 naming FILE:LINE).
 Status CheckBatchInputs(const RunOptions& o, const std::vector<BatchInput>& inputs);
+// Lines with "images" (batch_input.h): opens the tower (kInvalid "no vision" on a text-only
+// directory), reads and preprocesses each image (kInvalid naming FILE:LINE and the image), and
+// renders the line as --image --prompt does (one user message, the images then the text;
+// --no-think and --thinking-effort apply), filling its ids. *vision: the tower, null when no
+// line has images.
+Status ResolveBatchImages(const Engine& engine, const RunOptions& o,
+                          std::vector<BatchInput>* inputs,
+                          std::unique_ptr<VisionEncoder>* vision);
 // Positions per sequence: the most any input needs (prompt + gen − 1); --ctx may reserve more,
 // never less (kInvalid naming the line that does not fit).
 Result<int64_t> BatchPositions(const RunOptions& o, const std::vector<BatchInput>& inputs);
@@ -66,6 +76,8 @@ struct BatchContext {
   std::string isa;                              // for the report
   // --grammar / --json-schema: each input's own constraint (app/cli_constraint.h); unset: none.
   std::function<Result<std::shared_ptr<TokenConstraint>>()> make_constraint;
+  // Lines with images: the tower (ResolveBatchImages), run at each line's admission.
+  VisionEncoder* vision = nullptr;
 };
 
 // Runs every input on a planned and loaded engine; writes the output lines, the dumps and the

@@ -61,9 +61,10 @@ Result<BatchInput> ParseLine(std::string_view text, const std::string& name, int
   if (!j.is_object()) return Bad(name, line, "each line must be a JSON object, not " +
                                                  std::string(j.type_name()));
   for (const auto& [key, value] : j.items()) {
-    if (key != "prompt" && key != "ids" && key != "gen" && key != "spec_oracle") {
+    if (key != "prompt" && key != "ids" && key != "gen" && key != "spec_oracle" &&
+        key != "images") {
       return Bad(name, line, "unknown key \"" + key + "\" (the keys are \"prompt\" or \"ids\", "
-                             "and optionally \"gen\" and \"spec_oracle\")");
+                             "and optionally \"gen\", \"images\" and \"spec_oracle\")");
     }
   }
   const bool has_prompt = j.contains("prompt"), has_ids = j.contains("ids");
@@ -82,8 +83,25 @@ Result<BatchInput> ParseLine(std::string_view text, const std::string& name, int
       return Bad(name, line, "\"prompt\" needs a tokenizer and the prepared directory has none: "
                              "give \"ids\"");
     }
-    in.ids = tokenizer->Encode(j["prompt"].get<std::string>(), /*allow_special=*/true);
-    if (in.ids.empty()) return Bad(name, line, "the prompt is empty (0 ids); give some text");
+    if (j.contains("images")) {
+      const json& images = j["images"];
+      if (!images.is_array() || images.empty()) {
+        return Bad(name, line, "\"images\" must be a non-empty array of file paths");
+      }
+      for (const json& path : images) {
+        if (!path.is_string() || path.get<std::string>().empty()) {
+          return Bad(name, line, "\"images\" must be a non-empty array of file paths");
+        }
+        in.images.push_back(path.get<std::string>());
+      }
+      in.text = j["prompt"].get<std::string>();  // rendered with its images (ResolveBatchImages)
+    } else {
+      in.ids = tokenizer->Encode(j["prompt"].get<std::string>(), /*allow_special=*/true);
+      if (in.ids.empty()) return Bad(name, line, "the prompt is empty (0 ids); give some text");
+    }
+  }
+  if (has_ids && j.contains("images")) {
+    return Bad(name, line, "\"images\" needs \"prompt\" (ids cannot say where an image goes)");
   }
   if (j.contains("gen")) {
     K3_ASSIGN_OR_RETURN(in.gen, ParseGen(j["gen"], name, line));

@@ -5,6 +5,10 @@
 //                               (special tokens such as [BOS] are recognised)
 //   {"ids": [1, 2, 3]}          token ids, each an integer in [0, vocab)
 //   optional "gen": N           tokens to generate for this line, an integer >= 0 (default --gen)
+//   optional "images": ["path", ...]  with "prompt": the line becomes one user message of the
+//                               images then the text, rendered by the chat template as --image
+//                               --prompt renders it (docs/VISION.md "Server and --batch"); its
+//                               ids are filled by the front end (ResolveBatchImages in batch.h)
 //   optional "spec_oracle": [ids]  diagnostic, with --spec: this line drafts from these ids (its
 //                               plain run's generated ids) instead of the prompt lookup, as a
 //                               prompt run's --spec-oracle (synthetic weights never repeat text)
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "k3run/engine/image_input.h"
 #include "k3run/text/tokenizer.h"
 
 namespace k3::run {
@@ -30,6 +35,11 @@ struct BatchInput {
   std::vector<int32_t> ids;      // the prompt, >= 1 id, each < vocab
   int64_t gen = 0;
   std::vector<int32_t> spec_oracle;  // "spec_oracle": drafts (--spec); empty: the lookup
+  // "images": the files, in order; `text` is then the prompt text and `ids` stays empty until
+  // the images are read and the message rendered (ResolveBatchImages).
+  std::vector<std::string> images;
+  std::string text;
+  std::vector<ImageInput> image_inputs;  // the images read and preprocessed
 };
 
 // `name`: FILE as the user gave it ("<stdin>" for -), used in every message. `tokenizer` may be

@@ -96,8 +96,8 @@ Status CheckModes(const RunOptions& o) {
   if (!o.chat) {
     const char* chat_only = o.system ? "--system"
                             : !o.history.empty() ? "--history"
-                            : o.no_think && o.images.empty() ? "--no-think"
-                            : o.effort && o.images.empty() ? "--thinking-effort"
+                            : o.no_think && o.images.empty() && !o.batch ? "--no-think"
+                            : o.effort && o.images.empty() && !o.batch ? "--thinking-effort"
                             : o.hide_thinking ? "--hide-thinking"
                                        : nullptr;
     if (chat_only) return Status::Invalid(std::string(chat_only) + " needs --chat");
@@ -826,6 +826,8 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   K3_ASSIGN_OR_RETURN(std::vector<BatchInput> inputs,
                       ParseBatchInputs(*text, BatchInputName(*o.batch), engine->tokenizer(),
                                        c.vocab, o.gen));
+  std::unique_ptr<VisionEncoder> vision;  // lines with "images"
+  K3_RETURN_IF_ERROR(ResolveBatchImages(*engine, o, &inputs, &vision));
   K3_RETURN_IF_ERROR(CheckBatchInputs(o, inputs));
   K3_RETURN_IF_ERROR(
       CheckIdsInVocab(o.stop_ids, c.vocab, "--stop-id", JoinPath(o.prepared, "k3.json")));
@@ -837,6 +839,13 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
     if (!po.budget.any()) return Status::Invalid("--cache-policy needs a memory budget");
   }
   K3_ASSIGN_OR_RETURN(po.positions, BatchPositions(o, inputs));
+  if (vision) {  // the tower for the largest image (rows of the other admitted lines: not)
+    int64_t largest = 0;
+    for (const BatchInput& in : inputs) {
+      for (const ImageInput& i : in.image_inputs) largest = std::max(largest, i.tokens());
+    }
+    po.vision_bytes = vision->PlanBytes(largest);
+  }
   // Never more sequences than inputs; without --max-seqs the plan chooses (0).
   const auto n = static_cast<int64_t>(inputs.size());
   po.sequences = o.max_seqs ? std::min(*o.max_seqs, n) : 0;
@@ -866,6 +875,7 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
   ctx.seed = ChooseSeed(o);
   ctx.isa = kernels::IsaName(isa);
   if (constraint.library != nullptr) ctx.make_constraint = [&constraint] { return constraint.Make(); };
+  ctx.vision = vision.get();
   return RunBatch(engine.get(), o, inputs, ctx);
 }
 

@@ -33,7 +33,7 @@
 namespace k3::run {
 
 // --max-image-tokens default: one image of the released processor's largest (in_patch_limit
-// 65,536 patches, padded to 28 px: at most ~16,900 tokens), or several smaller ones.
+// 65,536 patches, padded to 28 px: under 17,000 tokens), or several smaller ones.
 inline constexpr int64_t kDefaultMaxImageTokens = 17408;
 // Decoded pixels allowed per allowed image token: a token is 28x28 = 784 resized pixels, and an
 // original may be up to 4x that (2x a side) before the navit resize shrinks it: 17,408 tokens

@@ -146,12 +146,13 @@ bool LoadRequestImages(ServerVision& v, ApiRequest* r, std::vector<ImageInput>* 
 std::function<Result<std::vector<MediaSpan>>()> MediaEncoderFor(VisionEncoder* encoder,
                                                                  int32_t pad,
                                                                  std::vector<int32_t> prompt,
-                                                                 std::vector<ImageInput> images) {
+                                                                 std::vector<ImageInput> images,
+                                                                 std::shared_ptr<ImageStats> stats) {
   auto held = std::make_shared<std::pair<std::vector<int32_t>, std::vector<ImageInput>>>(
       std::move(prompt), std::move(images));
-  return [encoder, pad, held]() -> Result<std::vector<MediaSpan>> {
+  return [encoder, pad, held, stats]() -> Result<std::vector<MediaSpan>> {
     Result<std::vector<MediaSpan>> spans =
-        EncodeImages(encoder, held->first, 0, pad, held->second, nullptr);
+        EncodeImages(encoder, held->first, 0, pad, held->second, stats.get());
     held->second.clear();  // the patches are not needed once the rows exist
     held->second.shrink_to_fit();
     return spans;

@@ -67,7 +67,7 @@ Outcome OutcomeOf(const RequestResult& r, const StreamText& text) {
 }
 
 // One stderr line per request: id, tokens in (of which from the prompt cache) and out, time.
-void LogRequest(Endpoint e, const RequestResult& r) {
+void LogRequest(Endpoint e, const RequestResult& r, const ImageStats* images) {
   const double decode = r.seconds - r.first_token_seconds;
   const auto out = static_cast<double>(r.generated.size());
   char line[256];
@@ -79,6 +79,13 @@ void LogRequest(Endpoint e, const RequestResult& r) {
                 r.seconds, r.queued_seconds, r.first_token_seconds,
                 out > 1 && decode > 0 ? (out - 1) / decode : 0.0, FinishReasonName(r.reason));
   std::string text = line;
+  if (images != nullptr && images->images > 0) {  // the tower ran for this request
+    std::snprintf(line, sizeof line, ", %lld image%s (%lld tokens, tower %.2f s%s)",
+                  static_cast<long long>(images->images), images->images == 1 ? "" : "s",
+                  static_cast<long long>(images->tokens), images->tower_seconds,
+                  images->load_seconds > 0 ? ", vision.bin read" : "");
+    text += line;
+  }
   if (r.spec.drafted > 0) {  // --spec: this request's drafts
     std::snprintf(line, sizeof line, ", %lld of %lld drafted kept",
                   static_cast<long long>(r.spec.accepted), static_cast<long long>(r.spec.drafted));
@@ -121,7 +128,7 @@ Request MakeRequest(const std::shared_ptr<Job>& job, std::vector<int32_t> prompt
     job->ctx.in_flight.fetch_sub(1);
     const bool completed = OpenAiFinishReason(r.reason) != nullptr;
     const TextDelta d = completed ? job->text.Finish() : TextDelta{};
-    LogRequest(job->request.endpoint, r);
+    LogRequest(job->request.endpoint, r, job->image_stats.get());
     {
       std::lock_guard<std::mutex> lock(job->mu);
       AppendDelta(&job->pending, d);

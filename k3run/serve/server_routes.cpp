@@ -51,9 +51,10 @@ void HandleCompletion(ServerContext& ctx, const httplib::Request& req, httplib::
   auto job = std::make_shared<Job>(ctx, r);
   job->constraint = std::move(constraint);
   if (!images.empty()) {
+    job->image_stats = std::make_shared<ImageStats>();
     job->encode_media = MediaEncoderFor(
         ctx.vision.encoder, static_cast<int32_t>(ctx.engine->config().media_placeholder_token_id),
-        prompt, std::move(images));
+        prompt, std::move(images), job->image_stats);
   }
   if (!SubmitJob(job, std::move(prompt), max_tokens, &error)) {
     if (error.http == 429) res.set_header("Retry-After", "1");

@@ -118,6 +118,9 @@ TEST(ServerImages, OneImageGivesTheCliIdsStreamedAndNot) {
   const SseParse sse = ParseSse(raw);
   ASSERT_TRUE(sse.done) << raw;
   EXPECT_EQ(sse.final_chunk["k3"]["generated_ids"].get<std::vector<int32_t>>(), cli);
+  // The request line says what the tower did.
+  EXPECT_TRUE(Has(s.stderr_text(), ", 1 image (" + std::to_string(g.tokens) + " tokens, tower "))
+      << s.stderr_text();
 }
 
 TEST(ServerImages, TwoImagesInOneMessageGiveTheCliIds) {

@@ -118,7 +118,8 @@ TEST(ServerImages, OneImageGivesTheCliIdsStreamedAndNot) {
   const SseParse sse = ParseSse(raw);
   ASSERT_TRUE(sse.done) << raw;
   EXPECT_EQ(sse.final_chunk["k3"]["generated_ids"].get<std::vector<int32_t>>(), cli);
-  // The request line says what the tower did.
+  // The plan held the tower (PlanBytes(--max-image-tokens)); the request line says what it did.
+  EXPECT_TRUE(Has(s.stderr_text(), "+ vision tower ")) << s.stderr_text();
   EXPECT_TRUE(Has(s.stderr_text(), ", 1 image (" + std::to_string(g.tokens) + " tokens, tower "))
       << s.stderr_text();
 }
@@ -270,6 +271,30 @@ TEST(ServerImages, ATextOnlyDirectorySaysNoVisionAndServesText) {
   EXPECT_FALSE(Has(msg, tmp.Join("p"))) << msg;  // the server's paths stay its own
   r = Post(c, Chat(json::array({{{"role", "user"}, {"content", "hi"}}}), 2), &status);
   EXPECT_EQ(status, 200) << r.dump();
+  EXPECT_FALSE(Has(s.stderr_text(), "+ vision tower ")) << s.stderr_text();
+}
+
+TEST(ServerImages, PartsArePlacedAtTheirByteOffset) {
+  const json body = {
+      {"messages",
+       json::array({{{"role", "system"}, {"content", "Be brief."}},
+                    {{"role", "user"},
+                     {"content", json::array({TextPart("Look: "), ImagePart("data:image/png;base64,AA"),
+                                              TextPart(" and "),
+                                              {{"type", "image_url"},
+                                               {"image_url", "data:image/jpeg;base64,AA"}},
+                                              TextPart("?")})}}})}};
+  ApiRequest r;
+  ApiError e;
+  ASSERT_TRUE(ParseApiRequest(body.dump(), Endpoint::kChat, &r, &e)) << e.message;
+  EXPECT_EQ(r.messages[1].content, "Look:  and ?");
+  ASSERT_EQ(r.images.size(), 2u);
+  EXPECT_EQ(r.images[0].message, 1u);
+  EXPECT_EQ(r.images[0].index, 1);
+  EXPECT_EQ(r.images[0].at, 6u);
+  EXPECT_EQ(r.images[1].index, 2);
+  EXPECT_EQ(r.images[1].at, 11u);
+  EXPECT_EQ(r.images[1].url, "data:image/jpeg;base64,AA");
 }
 
 TEST(ServerImages, DataUrlRules) {

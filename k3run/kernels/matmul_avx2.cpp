@@ -77,16 +77,16 @@ struct Mxfp4Rows {
   int64_t cols;
   const Mxfp4LutRow* lut;
   V16 Load(int64_t r, int64_t c) const {
-    // Each byte duplicated into two dword lanes, odd lanes shifted right by 4: lane j's low 3
-    // bits index the magnitude (permutevar8x32 reads only those) and bit 3 is its sign, moved
-    // to bit 31. Rows 8..15 of the table are rows 0..7 with the sign bit set, so XOR with the
-    // sign gives the same bits as the 16-entry lookup of the scalar path.
-    const __m128i b =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + r * (cols / 2) + c / 2));
-    const __m128i d = _mm_unpacklo_epi8(b, b);
-    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
-    const __m256i i0 = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), shift);
-    const __m256i i1 = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(d, 8)), shift);
+    // Elements 0..7 of the block are the 8 nibbles of its first 4 bytes (low nibble = even
+    // element), 8..15 those of the next 4. Each 4 bytes are broadcast to every dword lane (a
+    // load, no shuffle) and lane j shifted right by 4j, so lane j's low 4 bits are element j's
+    // nibble: its low 3 bits index the magnitude (permutevar8x32 reads only those) and bit 3,
+    // moved to bit 31, is its sign. Rows 8..15 of the table are rows 0..7 with the sign bit
+    // set, so XOR with the sign gives the same bits as the 16-entry lookup of the scalar path.
+    const uint8_t* p = packed + r * (cols / 2) + c / 2;
+    const __m256i shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i i0 = _mm256_srlv_epi32(_mm256_broadcastd_epi32(_mm_loadu_si32(p)), shift);
+    const __m256i i1 = _mm256_srlv_epi32(_mm256_broadcastd_epi32(_mm_loadu_si32(p + 4)), shift);
     const __m256 mag =
         _mm256_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
     const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
@@ -118,7 +118,7 @@ float Reduce(V16 a) {
 }
 
 // RB weight rows × TB activation rows; each (row, t) pair is one register pair of lanes.
-template <class L, int RB, int TB>
+template <class L, int RB, int TB, bool kPrefetchNext>
 void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int64_t r0,
           int64_t t0) {
   V16 acc[RB][TB];
@@ -130,13 +130,16 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) acc[r][t] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   }
-  // Prefetch of the next tile for one activation and short rows, as in matmul_avx512.cpp
+  // Prefetch of the next tile by the tiles RowBlock picks (kPrefetchNext), for short rows, as
+  // in matmul_avx512.cpp
   // (bf16 with 768 columns streams at 2/3 of the rate of long rows without it).
   constexpr int64_t kMaxPrefetchBytes = 16 << 10;
   const int64_t steps = cols >= 16 ? cols / 16 : 1;
   const char* pf = static_cast<const char*>(w.RowStart(r0 + RB));
   int64_t pf_bytes = 0, pf_stride = 0, pf_at = 0;
-  if constexpr (TB == 1) {
+  // A template parameter, not a runtime flag: the bookkeeping costs the tiles of 4 activations
+  // registers (bf16 12288×7168 at T = 4..16 ran at 0.5-0.7× with it compiled in).
+  if constexpr (kPrefetchNext) {
     const int64_t next_rows = rows - (r0 + RB) < RB ? rows - (r0 + RB) : RB;
     if (next_rows > 0 && next_rows * w.row_bytes() <= kMaxPrefetchBytes) {
       pf_bytes = next_rows * w.row_bytes();
@@ -146,7 +149,7 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   }
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
-    if constexpr (TB == 1) {
+    if constexpr (kPrefetchNext) {
       if (pf_at < pf_bytes) _mm_prefetch(pf + pf_at, _MM_HINT_T0);
       if (pf_at + 64 < pf_bytes) _mm_prefetch(pf + pf_at + 64, _MM_HINT_T0);
       if (pf_at + 128 < pf_bytes) _mm_prefetch(pf + pf_at + 128, _MM_HINT_T0);
@@ -189,8 +192,17 @@ template <class L, int RB, int kTB>
 void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
               int64_t r0) {
   int64_t t = 0;
-  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB>(w, rows, cols, x, y, r0, t);
-  for (; t < T; ++t) Tile<L, RB, 1>(w, rows, cols, x, y, r0, t);
+  // The next rows are prefetched (see Tile) by a tile of 1 activation and by a first tile of 2,
+  // never by tiles of 4, which need their registers, nor by a tile of 2 that another follows
+  // over the same rows (bf16 768×3584 at T = 4 on avx2 ran at 0.7× with it).
+  if constexpr (kTB <= 2) {
+    if (T == kTB) {
+      Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
+      return;
+    }
+  }
+  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, false>(w, rows, cols, x, y, r0, t);
+  for (; t < T; ++t) Tile<L, RB, 1, true>(w, rows, cols, x, y, r0, t);
 }
 
 template <class L>
@@ -199,7 +211,7 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   int64_t r = r_begin;
   // 16 ymm registers: 4 rows × 1 activation or 2 × 2 leaves room for the operands.
   if (T == 1) {
-    for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1>(w, rows, cols, x, y, r, 0);
+    for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, true>(w, rows, cols, x, y, r, 0);
   } else {
     for (; r + 2 <= r_end; r += 2) RowBlock<L, 2, 2>(w, rows, cols, x, T, y, r);
   }

@@ -219,7 +219,7 @@ TEST(ServerWebChromium, OneExchangeMatchesTheApi) {
     const m = document.querySelector('.msg.assistant');
     const error = m.querySelector('.error');
     return {
-      state: m.dataset.state, chunks: Number(m.dataset.chunks),
+      state: m.dataset.state, chunks: Number(m.dataset.chunks), events: Number(m.dataset.events),
       content: m.querySelector('.content').textContent,
       thinking: m.querySelector('.thinking').textContent,
       error: error ? error.textContent : '',
@@ -236,8 +236,12 @@ TEST(ServerWebChromium, OneExchangeMatchesTheApi) {
   EXPECT_EQ(v["user"], json::array({question})) << v.dump();
   EXPECT_EQ(v["content"], expected) << v.dump() << "\nAPI: " << whole->body;
   EXPECT_EQ(v["thinking"], StringOr(message, "reasoning_content")) << v.dump();
-  // Streamed: rendered delta by delta, not in one piece at the end.
-  EXPECT_GT(v["chunks"].get<int>(), 1) << v.dump();
+  // Streamed: the page read the answer as server-sent events (the role chunk, the deltas, the
+  // finish chunk, [DONE]) and rendered each delta as it came. How many content deltas there are
+  // is the server's timing (under load it sends the text of several tokens in one delta), so
+  // only their presence is asserted.
+  EXPECT_GE(v["events"].get<int>(), 3) << v.dump();
+  EXPECT_GE(v["chunks"].get<int>(), 1) << v.dump();
   EXPECT_EQ(v["input"], "") << v.dump();
   EXPECT_TRUE(v["send_enabled"].get<bool>()) << v.dump();
   EXPECT_TRUE(v["stop_disabled"].get<bool>()) << v.dump();

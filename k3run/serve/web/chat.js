@@ -8,7 +8,8 @@
 // model; /health is polled for the badge.
 //
 // For tests and scripts, each answer element carries data-state (streaming, done, stopped,
-// error) and data-chunks (the content and reasoning deltas rendered).
+// error), data-events (the SSE data lines read) and data-chunks (the content and reasoning
+// deltas rendered).
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -80,6 +81,7 @@ function addMessage(role, text) {
     div.innerHTML = '<div class="thinking"></div><div class="content"></div><div class="meta"></div>';
     div.dataset.state = 'streaming';
     div.dataset.chunks = '0';
+    div.dataset.events = '0';
   } else {
     div.textContent = text;
   }
@@ -163,6 +165,7 @@ async function send(text) {
     });
     if (!res.ok) throw new Error(await errorText(res));
     await readSse(res, (data) => {
+      div.dataset.events = String(Number(div.dataset.events) + 1);
       if (data === '[DONE]') return;
       const chunk = JSON.parse(data);
       if (chunk.error) { answer.error = chunk.error.message || JSON.stringify(chunk.error); return; }

@@ -398,6 +398,20 @@ Status ProbeKernel(const ProbeOptions& o, int threads, Bandwidths* b) {
   const double seconds = Since(t0);
   b->kernel_flops_per_s =
       Rate(2.0 * static_cast<double>(rows * kCols) * static_cast<double>(calls), seconds);
+  // T = 16 rows (a prefill chunk): the peak the prefill's compute floor is taken at.
+  constexpr int64_t kRows = 16;
+  std::vector<float> xs(static_cast<size_t>(kRows * kCols), 0.25f);
+  std::vector<float> ys(static_cast<size_t>(kRows * rows));
+  kernels::MatMul(m, xs.data(), kRows, ys.data());
+  int64_t mm_calls = 0;
+  const auto t1 = Clock::now();
+  while (mm_calls < 2 || Since(t1) < o.seconds_per_probe / 2) {
+    kernels::MatMul(m, xs.data(), kRows, ys.data());
+    ++mm_calls;
+    sink = sink + ys[0];
+  }
+  b->kernel_matmul_flops_per_s = Rate(
+      2.0 * static_cast<double>(rows * kCols * kRows) * static_cast<double>(mm_calls), Since(t1));
   return Status::Ok();
 }
 

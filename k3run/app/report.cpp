@@ -103,6 +103,25 @@ std::optional<FloorResult> RunFloor(const RunReport& r) {
   return f;
 }
 
+std::optional<PrefillFloor> RunPrefillFloor(const RunReport& r) {
+  if (!r.bandwidths || r.steps.empty()) return std::nullopt;
+  const StepRecord& s = r.steps.front();
+  const double peak = r.bandwidths->kernel_matmul_flops_per_s;
+  if (s.index != 0 || s.tokens_in <= 0 || !(s.seconds > 0) || !(s.multiply_adds > 0) ||
+      !(peak > 0) || !std::isfinite(peak)) {
+    return std::nullopt;
+  }
+  PrefillFloor f;
+  f.tokens = s.tokens_in;
+  f.seconds = s.seconds;
+  f.tokens_per_s = double(s.tokens_in) / s.seconds;
+  f.flops = 2 * s.multiply_adds;
+  f.peak_flops_per_s = peak;
+  f.floor_s = f.flops / peak;
+  f.time_over_floor = s.seconds / f.floor_s;
+  return f;
+}
+
 std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r) {
   if (r.generated_ids.empty()) return std::nullopt;
   const Totals all = AllSteps(r.steps);
@@ -190,6 +209,7 @@ json FloorJson(const RunReport& r) {
                     {"combined_bytes_per_s", b.combined_bytes_per_s},
                     {"memory_bytes_per_s", b.memory_bytes_per_s},
                     {"kernel_flops_per_s", b.kernel_flops_per_s},
+                    {"kernel_matmul_flops_per_s", b.kernel_matmul_flops_per_s},
                     {"backend", b.backend}}},
               {"per_token",
                json{{"trunk_bytes", f->per_token.trunk_bytes},
@@ -205,6 +225,18 @@ json FloorJson(const RunReport& r) {
               {"bound", f->floor.bound},
               {"seconds_per_token", f->seconds_per_token},
               {"time_over_floor", f->time_over_floor}};
+}
+
+json PrefillJson(const RunReport& r) {
+  std::optional<PrefillFloor> p = RunPrefillFloor(r);
+  if (!p) return nullptr;
+  return json{{"tokens", p->tokens},
+              {"seconds", p->seconds},
+              {"tokens_per_s", p->tokens_per_s},
+              {"flops", p->flops},
+              {"peak_flops_per_s", p->peak_flops_per_s},
+              {"compute_floor_s", p->floor_s},
+              {"time_over_compute_floor", p->time_over_floor}};
 }
 
 json OwnRateFloorJson(const RunReport& r) {
@@ -340,6 +372,7 @@ std::string RenderReportJson(const RunReport& r) {
             {"total_bytes", r.plan.total()}}},
       {"streaming", StreamingJson(r)},
       {"floor", FloorJson(r)},
+      {"prefill", PrefillJson(r)},
       {"own_rate_floor", OwnRateFloorJson(r)},
       {"peak_rss_bytes", r.peak_rss_bytes},
       {"experts_skipped", r.experts_skipped},
@@ -426,6 +459,11 @@ std::string SummaryLine(const RunReport& r) {
                   prefill.seconds,
                   prefill.seconds > 0 ? double(prefill.tokens_in) / prefill.seconds : 0.0);
     out = buf;
+    if (std::optional<PrefillFloor> p = RunPrefillFloor(r)) {
+      out.pop_back();  // the ")" of the rate
+      std::snprintf(buf, sizeof buf, ", %.2f× its compute floor)", p->time_over_floor);
+      out += buf;
+    }
   }
   if (r.images > 0) {
     std::snprintf(buf, sizeof buf,

@@ -14,6 +14,8 @@
 // did not wait for)}, memory_plan {…}, streaming (null when every weight is held) {plan {…},
 // stats {… prefetches, prefetch_used, prefetch_failed}, reader}, floor (null when not measured)
 // {bandwidths {…}, per_token {…}, disk_s, memory_s, compute_s, floor_s, bound, time_over_floor},
+// prefill (null without a probe or a prefill step) {tokens, seconds, tokens_per_s, flops,
+// peak_flops_per_s, compute_floor_s, time_over_compute_floor},
 // own_rate_floor (null when nothing was read per token) {read_bytes_per_s,
 // needed_bytes_per_token, floor_s, seconds_per_token, time_over_floor}, peak_rss_bytes,
 // experts_skipped, expert_failures [{layer, expert, reason}], valid, scale_out (null without
@@ -90,6 +92,23 @@ struct FloorResult {
 };
 std::optional<FloorResult> RunFloor(const RunReport& r);
 
+// The prefill against its compute floor (issue 30 item 3): 2 flops × the prefill step's
+// multiply-adds (StepRecord::multiply_adds: PassMultiplyAdds, a lower bound of its work) ÷ the
+// kernels' peak measured at start-up with 16 activation rows (Bandwidths::
+// kernel_matmul_flops_per_s, cache-resident bf16). time_over_floor = prefill seconds ÷ that
+// floor. Nullopt without bandwidths, a prefill step (index 0, tokens_in > 0, seconds > 0) or
+// its multiply-adds.
+struct PrefillFloor {
+  int64_t tokens = 0;
+  double seconds = 0;
+  double tokens_per_s = 0;
+  double flops = 0;
+  double peak_flops_per_s = 0;
+  double floor_s = 0;
+  double time_over_floor = 0;
+};
+std::optional<PrefillFloor> RunPrefillFloor(const RunReport& r);
+
 // The disk floor at the engine's OWN read rate: the bytes a decode token had to read (all but
 // unused guesses) ÷ the rate the run read at while reads were in flight (all bytes read ÷ I/O
 // busy seconds, every step). It needs no probe, so unlike the probed floor it does not swing
@@ -108,7 +127,8 @@ std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r);
 
 // "step 3 (decode, 1 token): id 417  0.012 s  read 1.25 MiB (trunk 0 B, experts 1.25 MiB, …)".
 std::string StepLine(const StepRecord& s);
-// The one end-of-run line of a default run: "prompt 8 tokens in 0.120 s (66.67 tok/s); generated
+// The one end-of-run line of a default run: "prompt 8 tokens in 0.120 s (66.67 tok/s, 3.10× its
+// compute floor); generated
 // 16 tokens, decode 0.0450 s/token (22.22 tok/s); read 1.2 MiB/token; peak RSS 310 MiB (plan
 // 290 MiB); time / floor 1.83 (disk-bound)": the prefill apart from the decode steps, so the
 // per-token rate is not diluted by the prompt (plus the --layers note when it applies).

@@ -16,6 +16,36 @@ int64_t PositionsNeeded(int64_t prompt_len, int64_t gen) {
   return prompt_len + std::max<int64_t>(gen - 1, 0);
 }
 
+double PassMultiplyAdds(const Engine& engine, int64_t rows, int64_t positions_before,
+                        int64_t logits_rows) {
+  // The trunk's size comes from the prepared directory's runs; an engine without one (made
+  // WithSource, as tests do) has no count.
+  if (!engine.has_prepared()) return 0;
+  const ModelConfig& c = engine.config();
+  const int layers = engine.layers();
+  double trunk = 0;
+  for (const prepared::TrunkRun& t : engine.prepared().manifest.runs) {
+    if (t.layer < layers) trunk += double(t.length) / 2;
+  }
+  int moe = 0, mla = 0, kda = 0;
+  for (int l = 0; l < layers; ++l) {
+    if (!c.is_dense(l)) ++moe;
+    if (c.is_mla(l)) {
+      ++mla;
+    } else {
+      ++kda;
+    }
+  }
+  const double per_row = trunk + double(moe) * c.topk * 3.0 * c.latent * c.moe_inter +
+                         double(kda) * 3.0 * c.kda_heads * double(c.kda_head_dim) * c.kda_head_dim;
+  // Row i attends positions_before + i + 1 positions.
+  const double attended = double(rows) * double(positions_before) +
+                          double(rows) * double(rows + 1) / 2;
+  return double(rows) * per_row +
+         double(mla) * c.n_heads * (2.0 * c.kv_lora + c.qk_rope) * attended +
+         double(logits_rows) * double(c.vocab) * double(c.hidden);
+}
+
 namespace {
 
 // One Generate call: the ids so far, the result, and how a chosen token is handed on.
@@ -83,9 +113,11 @@ Result<bool> Loop::Emit(const StepRecord& rec, const float* logits) {
 
 Status Loop::Prefill() {
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t before = seq_->length();
   K3_ASSIGN_OR_RETURN(StepResult pass, engine_->Feed(seq_, o_.prompt, Logits::kLast));
   const float* logits = pass.LogitsOf(0, V_);
   StepRecord rec = FromPass(0, static_cast<int64_t>(o_.prompt.size()), pass, t0);
+  rec.multiply_adds = PassMultiplyAdds(*engine_, rec.tokens_in, before, 1);
   if (o_.gen > 0) {
     K3_ASSIGN_OR_RETURN(rec.token, Choose(logits, all_));
   }

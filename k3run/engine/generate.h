@@ -55,6 +55,9 @@ struct StepRecord {
   int32_t token = -1;     // chosen token; −1 for a prefill-only run (gen 0)
   double seconds = 0;     // the pass + choosing the token
   double mla_seconds = 0; // of which in MLA attention
+  // Prefill step only (0 otherwise): the multiply-adds of its pass, counted from the config
+  // (PassMultiplyAdds), for the report's prefill compute floor.
+  double multiply_adds = 0;
   ReadCounters bytes;     // read during this step
   SourceCounters source;  // expert requests/hits and I/O time during this step
 };
@@ -73,6 +76,17 @@ struct GenerateResult {
 // `seq` (empty or holding earlier tokens) must have room for PositionsNeeded more positions.
 Result<GenerateResult> Generate(Engine* engine, Sequence* seq, const GenerateOptions& o,
                                 const StepCallback& on_step);
+
+// The multiply-adds of one pass of `rows` rows fed after `positions_before` positions, with
+// `logits_rows` rows of logits: per row, every trunk weight of the layers run (a trunk run's
+// bytes ÷ 2: bf16), top-k routed experts (3 · latent · moe_inter each) per MoE layer and the KDA
+// recurrence (3 · H · D² per layer: Sᵀk, Sᵀq̃ and the rank-1 write); per MLA layer, row and
+// attended position H · (2 · kv_lora + qk_rope) (score and output over the latent, §11.2); and
+// vocab · hidden per logits row. A lower bound of the pass's work (norms, gates, softmax and the
+// conv are left out), so a time ÷ its compute floor is never flattered. 0 for an engine without
+// a prepared directory (Engine::WithSource).
+double PassMultiplyAdds(const Engine& engine, int64_t rows, int64_t positions_before,
+                        int64_t logits_rows);
 
 // KV cache positions a run needs: the prompt plus every generated token fed back (gen − 1).
 int64_t PositionsNeeded(int64_t prompt_len, int64_t gen);

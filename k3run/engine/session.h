@@ -200,6 +200,8 @@ class Engine {
   // otherwise (nothing attached from that span on).
   Status AttachMedia(Sequence* seq, std::vector<MediaSpan> spans) const;
 
+  // Engines made WithSource have no prepared directory: check before prepared().
+  bool has_prepared() const { return prepared_ != nullptr; }
   const prepared::PreparedDir& prepared() const { return *prepared_; }
   const ModelConfig& config() const { return config_; }
   int layers() const { return layers_; }

@@ -291,6 +291,11 @@ TEST(K3runCli, JsonReportCarriesTheRequiredFields) {
   EXPECT_EQ(j["valid"], true);
   EXPECT_EQ(j["stop_reason"], "gen");
   EXPECT_EQ(j["memory_plan"]["positions"], 8 + 5);
+  // The prefill against its compute floor (the run probes the kernels' peak at start-up).
+  ASSERT_TRUE(j["prefill"].is_object()) << j["prefill"].dump();
+  EXPECT_EQ(j["prefill"]["tokens"], 8);
+  EXPECT_GT(j["prefill"]["flops"].get<double>(), 0);
+  EXPECT_GT(j["prefill"]["time_over_compute_floor"].get<double>(), 0);
   kernels::SetThreads(1);
 }
 

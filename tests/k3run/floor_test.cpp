@@ -146,6 +146,7 @@ TEST(ProbeBandwidths, TinyGivesPositiveRatesAndNamesTheBackend) {
   EXPECT_GT(b->trunk_bytes_per_s, 0);
   EXPECT_GT(b->memory_bytes_per_s, 0);
   EXPECT_GT(b->kernel_flops_per_s, 0);
+  EXPECT_GT(b->kernel_matmul_flops_per_s, 0);
   EXPECT_FALSE(b->backend.empty());
 }
 

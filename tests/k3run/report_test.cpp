@@ -124,5 +124,22 @@ TEST(Report, ExpertFailuresMakeTheRunInvalid) {
   EXPECT_EQ(j["expert_failures"][0]["expert"], 5);
 }
 
+// Issue 30 item 3: the prefill against its compute floor, in the JSON and the summary line.
+TEST(Report, PrefillComputeFloorIsReportedWhenProbed) {
+  RunReport r = Basic();
+  EXPECT_TRUE(nlohmann::json::parse(RenderReportJson(r))["prefill"].is_null());
+  r.steps[0].multiply_adds = 1e9;
+  Bandwidths b;
+  b.kernel_matmul_flops_per_s = 1e10;  // 2e9 flops at 1e10/s: a 0.2 s floor for 0.5 s
+  r.bandwidths = b;
+  const auto j = nlohmann::json::parse(RenderReportJson(r));
+  ASSERT_TRUE(j["prefill"].is_object());
+  EXPECT_EQ(j["prefill"]["tokens"], 2);
+  EXPECT_GT(j["prefill"]["time_over_compute_floor"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["prefill"]["time_over_compute_floor"].get<double>(), 2.5);
+  EXPECT_NE(SummaryLine(r).find("(4.00 tok/s, 2.50× its compute floor)"), std::string::npos)
+      << SummaryLine(r);
+}
+
 }  // namespace
 }  // namespace k3::run

@@ -8,8 +8,11 @@
 // "context", every figure a counter); the yardsticks and the summary table go to stderr, so the
 // JSON stays parseable. --benchmark_min_time defaults to 0.1 (s) here.
 //
-// Yardsticks (measured once before the kernels, best of --passes passes each; also registered
-// as benchmarks "roofline/read/threads:K" and "roofline/fma/ISA/threads:K" so the JSON has them):
+// Yardsticks (measured once before the kernels, best of --passes passes each; both are in the
+// JSON "context", and the read is also the benchmark "roofline/read/threads:K"). Under load a
+// kernel's mean over 0.1 s and a yardstick's best pass see different shares of the CPU: run it
+// on a quiet machine (docs/PERFORMANCE.md).
+//   fma is measured per ISA path and thread count; read per thread count:
 //   read: STREAM-like read bandwidth: K threads of the kernels' pool (thread_pool.h) XOR-reduce
 //     a 512 MiB buffer (16× the 32 MB L3) in 16-byte loads, 8 independent accumulators each.
 //   fma: K threads run independent fp32 FMA chains in registers (scalar: std::fmaf as the scalar

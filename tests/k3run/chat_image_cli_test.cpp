@@ -200,14 +200,7 @@ TEST(ChatImageCli, BadImagesAreNamedAndTheChatGoesOn) {
 
 TEST(ChatImageCli, ATextOnlyDirectorySaysNoVisionAndTheChatGoesOn) {
   test::TempDir tmp;
-  std::filesystem::copy(TinyPreparedDir(), tmp.Join("p"), std::filesystem::copy_options::recursive);
-  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), tmp.Join("p"));
-  ASSERT_TRUE(p.ok());
-  prepared::Manifest m = p->manifest;
-  m.vision.reset();
-  std::erase_if(m.regions, [](const prepared::Region& r) { return r.file == "vision.bin"; });
-  std::erase_if(m.files, [](const prepared::FileEntry& f) { return f.path == "vision.bin"; });
-  ASSERT_TRUE(prepared::WriteManifestAndSum(Env::Default(), tmp.Join("p"), m).ok());
+  CopyTinyWithoutVision(tmp.Join("p"));
   const std::string hist = tmp.Join("h.jsonl");
   const CliRun r = RunCliArgs({tmp.Join("p"), "--chat", "--gen", "2", "--history", hist,
                                "--no-floor"},

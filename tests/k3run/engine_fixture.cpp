@@ -38,6 +38,20 @@ const tok::Tokenizer& TinyTokenizer() {
 const std::string& TinyPreparedDir() { return test::SynthFixture(SeedZeroCopy("tiny")).prepared; }
 const std::string& SmallPreparedDir() { return test::SynthFixture(SeedZeroCopy("small")).prepared; }
 
+std::string CopyTinyWithoutVision(const std::string& dst) {
+  std::filesystem::copy(TinyPreparedDir(), dst, std::filesystem::copy_options::recursive);
+  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), dst);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  if (!p.ok()) return dst;
+  prepared::Manifest m = p->manifest;
+  m.vision.reset();
+  std::erase_if(m.regions, [](const prepared::Region& r) { return r.file == "vision.bin"; });
+  std::erase_if(m.files, [](const prepared::FileEntry& f) { return f.path == "vision.bin"; });
+  const Status s = prepared::WriteManifestAndSum(Env::Default(), dst, m);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return dst;
+}
+
 std::string CopyTinyWithCorruptExperts(const std::string& dst, int layer) {
   std::filesystem::copy(TinyPreparedDir(), dst, std::filesystem::copy_options::recursive);
   Result<std::string> bytes = ReadFileToString(Env::Default(), dst + "/experts.idx");

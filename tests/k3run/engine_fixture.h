@@ -65,6 +65,11 @@ CliRun RunCliArgs(const std::vector<std::string>& args, CliIo io = {});
 // A CliIo whose stdin gives `lines`, one per read, then end of input (chat tests).
 CliIo Stdin(std::vector<std::string> lines);
 
+// Copies the tiny prepared directory to `dst` as a text-only one (k3.json without "vision" or
+// vision.bin's regions, resealed: what `k3prep pack --no-vision` writes). Returns `dst`; the
+// test fails when it cannot.
+std::string CopyTinyWithoutVision(const std::string& dst);
+
 // Copies the tiny prepared directory to `dst` and flips one byte of every expert of `layer`,
 // so whichever experts routing picks there fail their XXH3-64 under --verify-reads
 // (PlanOptions::verify_reads): RUN INVALID. Returns `dst`.

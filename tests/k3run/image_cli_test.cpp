@@ -152,19 +152,7 @@ TEST(ImageCli, BadImagesAreExit2NamingTheFileBeforeAnyPass) {
 
 TEST(ImageCli, ATextOnlyDirectorySaysNoVision) {
   test::TempDir tmp;
-  // A copy of the fixture's k3.json without "vision" would fail its sum; pack one instead.
-  std::filesystem::copy(TinyPreparedDir(), tmp.Join("p"), std::filesystem::copy_options::recursive);
-  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), tmp.Join("p"));
-  ASSERT_TRUE(p.ok());
-  prepared::Manifest m = p->manifest;
-  m.vision.reset();
-  std::vector<prepared::Region> kept;
-  for (const prepared::Region& r : m.regions) {
-    if (r.file != "vision.bin") kept.push_back(r);
-  }
-  m.regions = kept;
-  std::erase_if(m.files, [](const prepared::FileEntry& f) { return f.path == "vision.bin"; });
-  ASSERT_TRUE(prepared::WriteManifestAndSum(Env::Default(), tmp.Join("p"), m).ok());
+  testing::CopyTinyWithoutVision(tmp.Join("p"));
   const testing::CliRun r = RunCliArgs({tmp.Join("p"), "--prompt", "hi", "--image",
                                         Image("rgb_1x1.png"), "--no-floor"});
   EXPECT_EQ(r.exit_code, 2);

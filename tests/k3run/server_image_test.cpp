@@ -248,14 +248,7 @@ TEST(ServerImages, ImagesCountInTheContext) {
 
 TEST(ServerImages, ATextOnlyDirectorySaysNoVisionAndServesText) {
   test::TempDir tmp;
-  std::filesystem::copy(TinyPreparedDir(), tmp.Join("p"), std::filesystem::copy_options::recursive);
-  Result<prepared::PreparedDir> p = prepared::OpenPrepared(Env::Default(), tmp.Join("p"));
-  ASSERT_TRUE(p.ok());
-  prepared::Manifest m = p->manifest;
-  m.vision.reset();
-  std::erase_if(m.regions, [](const prepared::Region& r) { return r.file == "vision.bin"; });
-  std::erase_if(m.files, [](const prepared::FileEntry& f) { return f.path == "vision.bin"; });
-  ASSERT_TRUE(prepared::WriteManifestAndSum(Env::Default(), tmp.Join("p"), m).ok());
+  CopyTinyWithoutVision(tmp.Join("p"));
   ServerProcess s({tmp.Join("p"), "--no-floor", "--ctx", "256"});
   ASSERT_TRUE(s.WaitReady());
   httplib::Client c = s.Client();

@@ -4,8 +4,6 @@
 // reading the same weights from the checkpoint's shards and the same patches: rel L2 ≤ 1e-5
 // for 1×1, 14×14 and 28×28 images, 30×17, a 64×64-patch image, 1024×768 and a PNG with alpha.
 // Skipped visibly when /usr/bin/python3 lacks torch.
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +13,7 @@
 
 #include "k3run/engine/image_input.h"
 #include "k3run/engine/vision_encoder.h"
+#include "tests/k3run/vision/vision_ref_runner.h"
 #include "tests/support/synth_fixture.h"
 #include "tests/support/temp_dir.h"
 
@@ -99,30 +98,11 @@ void Check(const std::string& preset) {
     ours.push_back(*s->data);
   }
   const Json spec = {{"checkpoint", f.checkpoint},
-                     {"dims",
-                      {{"hidden", d.hidden},
-                       {"heads", d.heads},
-                       {"head_dim", d.head_dim},
-                       {"mlp", d.mlp},
-                       {"layers", d.layers},
-                       {"pos_h", d.pos_h},
-                       {"pos_w", d.pos_w},
-                       {"patch", d.patch},
-                       {"text_hidden", d.text_hidden},
-                       {"norm_eps", static_cast<double>(d.norm_eps)},
-                       {"projector_eps", static_cast<double>(d.projector_eps)},
-                       {"rope_theta", d.rope_theta}}},
+                     {"dims", vision::testing::VisionRefDims(d)},
                      {"cases", list}};
   dir.WriteFile("cases.json", spec.dump(1));
-  const std::string cmd = "/usr/bin/python3 " + std::string(K3_SOURCE_DIR) +
-                          "/tests/reference/vision_ref.py " + dir.path() + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
   std::string output;
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof(buf), pipe)) output.append(buf, got);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  ASSERT_TRUE(vision::testing::RunVisionRef(dir.path(), &output)) << output;
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<double> want(ours[i].size());
     std::ifstream in(dir.Join("out_" + std::to_string(i) + ".bin"), std::ios::binary);

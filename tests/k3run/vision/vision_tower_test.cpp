@@ -23,6 +23,7 @@
 
 #include "k3run/kernels/matmul.h"
 #include "k3run/vision/vision_tower.h"
+#include "tests/k3run/vision/vision_ref_runner.h"
 #include "tests/support/temp_dir.h"
 
 namespace k3::vision {
@@ -220,34 +221,12 @@ std::vector<std::vector<double>> Reference(const Model& m, const std::vector<Gri
     WriteBytes(dir.Join(name), patches[i].data(), patches[i].size() * 4);
     cases.push_back({{"gh", grids[i].gh}, {"gw", grids[i].gw}, {"patches", name}});
   }
-  const Json spec = {{"dims",
-                      {{"hidden", d.hidden},
-                       {"heads", d.heads},
-                       {"head_dim", d.head_dim},
-                       {"mlp", d.mlp},
-                       {"layers", d.layers},
-                       {"pos_h", d.pos_h},
-                       {"pos_w", d.pos_w},
-                       {"patch", d.patch},
-                       {"text_hidden", d.text_hidden},
-                       {"norm_eps", static_cast<double>(d.norm_eps)},
-                       {"projector_eps", static_cast<double>(d.projector_eps)},
-                       {"rope_theta", d.rope_theta}}},
-                     {"cases", cases}};
+  const Json spec = {{"dims", testing::VisionRefDims(d)}, {"cases", cases}};
   dir.WriteFile("cases.json", spec.dump(1));
-  const std::string cmd = "/usr/bin/python3 " + std::string(K3_SOURCE_DIR) +
-                          "/tests/reference/vision_ref.py " + dir.path() + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen: " << cmd;
-    return {};
-  }
   std::string output;
-  char buf[4096];
-  while (size_t got = fread(buf, 1, sizeof(buf), pipe)) output.append(buf, got);
-  const int status = pclose(pipe);
+  const bool ran = testing::RunVisionRef(dir.path(), &output);
   std::printf("vision_ref.py: %s", output.c_str());
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (!ran) {
     ADD_FAILURE() << "vision_ref.py failed: " << output;
     return {};
   }

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "k3run/app/interrupt.h"
 #include "k3run/app/logits_dump.h"
+#include "k3run/app/report.h"
 #include "k3run/engine/generate.h"
 #include "k3run/engine/image_input.h"
 #include "k3run/engine/scheduler.h"
@@ -236,7 +237,12 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
                                              : json(nullptr)},
       {"own_rate_floor_seconds", floor_s},
       {"time_over_own_rate_floor", floor_s > 0 ? json(st.decode_seconds / floor_s)
-                                               : json(nullptr)}};
+                                               : json(nullptr)},
+      {"split_seconds_per_pass", json::object()}};
+  // Where a decode pass's time went (model.h PassTimes), seconds per pass.
+  for (const auto& [name, seconds] : PassSplit(st.decode_times, dpasses)) {
+    r["decode"]["split_seconds_per_pass"][name] = seconds;
+  }
   r["tokens_per_second"] = t.seconds > 0 ? static_cast<double>(st.generated) / t.seconds : 0.0;
   if (o.spec > 0) {
     // As a prompt run's "speculation" (report.cpp SpeculationJson), over every sequence.
@@ -301,6 +307,10 @@ std::string SummaryLine(const Totals& t, size_t inputs, int64_t spec) {
                                  : 0.0,
                 t.seconds);
   std::string out = line;
+  if (st.decode_passes > 0) {
+    out += "; per decode pass: " +
+           PassSplitText(st.decode_times, static_cast<double>(st.decode_passes));
+  }
   if (spec > 0) {
     std::snprintf(line, sizeof line, "; spec %lld: %lld of %lld drafted kept",
                   static_cast<long long>(spec), static_cast<long long>(st.spec_accepted),

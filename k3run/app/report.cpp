@@ -25,15 +25,23 @@ json BytesJson(const ReadCounters& c) {
 struct Totals {
   ReadCounters bytes;
   SourceCounters source;
+  PassTimes times;
   double seconds = 0;
   size_t steps = 0;
   void Add(const StepRecord& s) {
     bytes += s.bytes;
     source += s.source;
+    times += s.times;
     seconds += s.seconds;
     ++steps;
   }
 };
+
+json SplitJson(const PassTimes& t, double per) {
+  json j = json::object();
+  for (const auto& [name, seconds] : PassSplit(t, per)) j[name] = seconds;
+  return j;
+}
 
 Totals AllSteps(const std::vector<StepRecord>& steps) {
   Totals t;
@@ -73,6 +81,25 @@ json PlanJson(const StreamingPlan& p) {
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, double>> PassSplit(const PassTimes& t, double per) {
+  const double d = per > 0 ? per : 1.0;
+  return {{"experts", t.experts / d},
+          {"trunk", t.trunk / d},
+          {"attention", t.attention / d},
+          {"waits", t.waits / d}};
+}
+
+std::string PassSplitText(const PassTimes& t, double per) {
+  std::string out;
+  char buf[64];
+  for (const auto& [name, seconds] : PassSplit(t, per)) {
+    std::snprintf(buf, sizeof buf, "%s%s %.1f ms", out.empty() ? "" : ", ", name.c_str(),
+                  seconds * 1e3);
+    out += buf;
+  }
+  return out;
+}
 
 PerToken MeasurePerToken(const RunReport& r) {
   PerToken t;
@@ -150,7 +177,8 @@ json StepsJson(const std::vector<StepRecord>& steps) {
                        {"tokens_in", s.tokens_in},
                        {"drafted", s.drafted},
                        {"accepted", s.accepted},
-                       {"mla_seconds", s.mla_seconds},
+                       {"mla_seconds", s.times.mla},
+                       {"split", SplitJson(s.times, 1.0)},
                        {"token", s.token >= 0 ? json(s.token) : json(nullptr)},
                        {"seconds", s.seconds},
                        {"tokens_per_s", s.seconds > 0 ? json(double(s.tokens_in) / s.seconds)
@@ -185,6 +213,8 @@ json TotalsJson(const RunReport& r) {
        r.steps.size() >= 2 ? json(decode.seconds / double(decode.steps)) : json(nullptr)},
       {"bytes_read", BytesJson(all.bytes)},
       {"bytes_per_token", BytesJson(per_token)},
+      // Where a decode step's pass time went, seconds per decode step (model.h PassTimes).
+      {"decode_split_per_token", SplitJson(decode.times, double(nd))},
       {"expert_hit_rate", NullableRate(all.source.expert_hits, all.source.expert_requests)},
       {"expert_guesses", all.source.expert_guesses},
       {"expert_guesses_used", all.source.expert_guesses_used},
@@ -549,6 +579,10 @@ std::string SummaryLines(const RunReport& r) {
                   100.0 * double(all.source.expert_guesses_used) /
                       double(std::max<uint64_t>(all.source.expert_requests, 1)));
     out += buf;
+  }
+  const Totals decode = DecodeSteps(r.steps);
+  if (decode.steps > 0) {
+    out += "\nper decode step: " + PassSplitText(decode.times, double(decode.steps));
   }
   if (std::optional<FloorResult> f = RunFloor(r)) {
     const PerToken& p = f->per_token;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "k3run/app/floor.h"
@@ -124,6 +125,12 @@ struct OwnRateFloor {
   double time_over_floor = 0;
 };
 std::optional<OwnRateFloor> RunOwnRateFloor(const RunReport& r);
+
+// A pass's split (model.h PassTimes) divided by `per` (passes or tokens), named in the reports'
+// order: experts, trunk, attention, waits (seconds).
+std::vector<std::pair<std::string, double>> PassSplit(const PassTimes& t, double per);
+// "experts 41.2 ms, trunk 20.1 ms, attention 12.0 ms, waits 0.3 ms" of PassSplit.
+std::string PassSplitText(const PassTimes& t, double per);
 
 // "step 3 (decode, 1 token): id 417  0.012 s  read 1.25 MiB (trunk 0 B, experts 1.25 MiB, …)".
 std::string StepLine(const StepRecord& s);

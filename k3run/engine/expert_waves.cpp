@@ -1,6 +1,7 @@
 #include "k3run/engine/expert_waves.h"
 
 #include <algorithm>
+#include <chrono>
 #include <span>
 #include <utility>
 
@@ -68,7 +69,9 @@ void ExpertWaves::TakeRound(size_t* next, ops::MoeStats* stats) {
     if (job.done) continue;
     if (ji != *next && !source_->ExpertReady(layer_, job.expert)) continue;
     job.done = true;
-    job.w = source_->Expert(layer_, job.expert);
+    const auto t0 = std::chrono::steady_clock::now();
+    job.w = source_->Expert(layer_, job.expert);  // the first job of a round may wait here
+    waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (job.w == nullptr) {
       if (stats) {
         stats->experts_skipped += job.n;

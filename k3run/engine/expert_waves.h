@@ -33,6 +33,8 @@ class ExpertWaves {
   // Every wave into *s (after ops::MoeBegin); an expert the source could not give is skipped and
   // counted in *stats.
   void Run(ops::MoeScratch* s, ops::MoeStats* stats);
+  // Seconds Run spent blocked on the source for an expert's bytes (the rest of it computed).
+  double waited() const { return waited_; }
 
  private:
   struct Job {
@@ -56,6 +58,7 @@ class ExpertWaves {
   std::vector<const Job*> round_;
   std::vector<int64_t> rows_;
   std::vector<float> work_;
+  double waited_ = 0;
 };
 
 }  // namespace k3::run

@@ -89,7 +89,7 @@ StepRecord Loop::FromPass(int64_t index, int64_t rows, const StepResult& pass,
   rec.index = index;
   rec.tokens_in = rows;
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rec.mla_seconds = pass.mla_seconds;
+  rec.times = pass.times;
   rec.bytes = pass.bytes;
   rec.source = pass.source;
   return rec;

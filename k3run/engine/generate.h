@@ -54,7 +54,7 @@ struct StepRecord {
   int64_t accepted = 0;   // of which kept
   int32_t token = -1;     // chosen token; −1 for a prefill-only run (gen 0)
   double seconds = 0;     // the pass + choosing the token
-  double mla_seconds = 0; // of which in MLA attention
+  PassTimes times;        // the pass's split (model.h): attention, experts, waits, trunk
   // Prefill step only (0 otherwise): the multiply-adds of its pass, counted from the config
   // (PassMultiplyAdds), for the report's prefill compute floor.
   double multiply_adds = 0;

@@ -59,7 +59,26 @@ bool SameMediaPrefix(const std::vector<MediaSpan>& a, const std::vector<MediaSpa
   return true;
 }
 
+PassTimes& PassTimes::operator+=(const PassTimes& o) {
+  attention += o.attention;
+  experts += o.experts;
+  waits += o.waits;
+  trunk += o.trunk;
+  mla += o.mla;
+  return *this;
+}
+
+PassTimes PassTimes::operator-(const PassTimes& o) const {
+  return PassTimes{attention - o.attention, experts - o.experts, waits - o.waits,
+                   trunk - o.trunk, mla - o.mla};
+}
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Replaces the embedding of every pad fed inside one of the segment's image spans by the
 // image's row (media.h). `h` holds the segment's rows, the first at position state->pos.
@@ -89,6 +108,17 @@ Status Model::Forward(const int32_t* ids, int64_t T, State* state, bool all_rows
 }
 
 Status Model::Pass(std::span<const Segment> segments, float* logits) {
+  // The split of this pass: attention, experts and waits are timed where they happen; trunk is
+  // the rest of the pass's wall time.
+  const auto start = Clock::now();
+  const PassTimes before = times_;
+  const Status s = RunPass(segments, logits);
+  const PassTimes in_pass = times_ - before;
+  times_.trunk += std::max(0.0, Since(start) - in_pass.attention - in_pass.experts - in_pass.waits);
+  return s;
+}
+
+Status Model::RunPass(std::span<const Segment> segments, float* logits) {
   int64_t T = 0;
   std::vector<int32_t> ids;
   for (const Segment& seg : segments) {
@@ -116,7 +146,11 @@ Status Model::Pass(std::span<const Segment> segments, float* logits) {
       return Status::Io("interrupted: the pass stopped before layer " + std::to_string(L) +
                         " of " + std::to_string(layers_) + " and was discarded");
     }
-    K3_ASSIGN_OR_RETURN(const ops::LayerWeights* w, weights_->Layer(L));
+    const auto asked = Clock::now();
+    Result<const ops::LayerWeights*> layer = weights_->Layer(L);
+    times_.waits += Since(asked);
+    K3_RETURN_IF_ERROR(layer.status());
+    const ops::LayerWeights* w = *layer;
     const Status s = RunLayer(L, *w, segments, h.data(), T, &blocks, &scratch);
     weights_->ReleaseExperts(L);
     weights_->ReleaseLayer(L);
@@ -165,14 +199,19 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
     K3_RETURN_IF_ERROR(ops::CheckLayerState(L, w, seg.n, state_of(seg)));
   }
   K3_RETURN_IF_ERROR(ops::BeginLayer(L, w, dims_, h, T, blocks, s));
+  // The attention: projections over every row (each weight read once for all sequences), the
+  // recurrence or cache sequence by sequence, the output projection over every row.
+  const auto t0 = Clock::now();
+  K3_RETURN_IF_ERROR(ops::BeginAttention(w, dims_, T, s));
   int64_t first = 0;
-  const auto t0 = std::chrono::steady_clock::now();
   for (const Segment& seg : segments) {
     K3_RETURN_IF_ERROR(ops::LayerAttention(L, w, dims_, first, seg.n, state_of(seg), s));
     first += seg.n;
   }
-  const double attention = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  (w.is_mla ? mla_seconds_ : kda_seconds_) += attention;
+  ops::EndAttention(w, dims_, s);
+  const double attention = Since(t0);
+  times_.attention += attention;
+  if (w.is_mla) times_.mla += attention;
   ops::MlpInput(w, dims_, *blocks, h, T, s);
   if (w.is_dense) {
     // The next (MoE) layer's likely experts can load while the dense FFN computes.
@@ -207,8 +246,16 @@ Status Model::RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment>
   ops::MoeBegin(w.moe, dims_, s->a.data(), T, &moe);
   if (!remote.empty()) K3_RETURN_IF_ERROR(remote_->Send(L, routing, remote, moe));
   const size_t missing_before = stats_.missing.size();
+  const auto t0 = Clock::now();
   waves.Run(&moe, &stats_);
-  if (!remote.empty()) K3_RETURN_IF_ERROR(remote_->Receive(L, &moe, &stats_));
+  times_.experts += Since(t0) - waves.waited();
+  times_.waits += waves.waited();
+  if (!remote.empty()) {
+    const auto asked = Clock::now();
+    const Status received = remote_->Receive(L, &moe, &stats_);
+    times_.waits += Since(asked);
+    K3_RETURN_IF_ERROR(received);
+  }
   ops::MoeCombine(w.moe, dims_, routing, moe, s->out.data());
   MarkInvalid(routing, std::span<const int32_t>(stats_.missing).subspan(missing_before), segments);
   return Status::Ok();
@@ -268,7 +315,9 @@ Status Model::Head(const float* x, int64_t rows, float* logits) {
   std::vector<float> part;
   for (int64_t begin = 0; begin < V; begin += chunk) {
     const int64_t n = std::min(chunk, V - begin);
+    const auto asked = Clock::now();
     Result<kernels::Matrix> chunk_or = weights_->LmHeadRows(begin, n);
+    times_.waits += Since(asked);
     if (!chunk_or.ok()) {
       weights_->LmHeadDone();
       return chunk_or.status();

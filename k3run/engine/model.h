@@ -48,6 +48,22 @@ struct State {
   void Reset();
 };
 
+// Where passes' wall time went (the reports' split of a pass, DESIGN.md §11): every second of
+// Model::Pass is in exactly one of the first four.
+struct PassTimes {
+  double attention = 0;  // attention sublayers: projections, KDA recurrence / MLA cache, output
+  double experts = 0;    // routed experts' compute (ExpertWaves), their waits excluded
+  double waits = 0;      // blocked on the weight source (a trunk layer, an expert, an lm_head
+                         // chunk not yet in RAM) or on other ranks' experts
+  double trunk = 0;      // the rest: embedding, norms, residual aggregation, dense and shared
+                         // MLPs, routing, latent projections, lm_head
+  double mla = 0;        // of `attention`, in MLA layers (the benchmarks' "MLA share")
+
+  double total() const { return attention + experts + waits + trunk; }
+  PassTimes& operator+=(const PassTimes& o);
+  PassTimes operator-(const PassTimes& o) const;
+};
+
 // Which logits a sequence's rows of a pass produce.
 enum class Logits { kNone, kLast, kAll };
 
@@ -88,12 +104,11 @@ class Model {
   const ModelConfig& config() const { return config_; }
   // (token, expert) pairs skipped because an expert could not be read, over all Forward calls.
   int64_t experts_skipped() const { return stats_.experts_skipped; }
-  // Wall seconds spent in the attention of MLA layers and of KDA layers, over all passes (the
-  // benchmarks' "MLA share" of a prefill).
-  double mla_seconds() const { return mla_seconds_; }
-  double kda_seconds() const { return kda_seconds_; }
+  // Where the passes' wall time went, summed over every pass so far.
+  const PassTimes& times() const { return times_; }
 
  private:
+  Status RunPass(std::span<const Segment> segments, float* logits);
   Status RunLayer(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
                   float* h, int64_t T, ops::BlockStack* blocks, ops::LayerScratch* s);
   Status RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment> segments,
@@ -109,7 +124,7 @@ class Model {
   WeightSource* weights_;
   int layers_;
   ops::MoeStats stats_;
-  double mla_seconds_ = 0, kda_seconds_ = 0;
+  PassTimes times_;
   const std::atomic<bool>* interrupt_ = nullptr;
   RemoteExperts* remote_ = nullptr;
 };

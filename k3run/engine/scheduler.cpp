@@ -496,6 +496,7 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
       stats.decode_unused_bytes += pass->bytes.prefetch_unused;
       stats.decode_seconds += pass->seconds;
       stats.decode_io_busy_seconds += pass->source.io_busy_seconds;
+      stats.decode_times += pass->times;
     }
   }
   const int64_t V = engine->config().vocab;

@@ -142,6 +142,7 @@ struct SchedulerStats {
   uint64_t decode_unused_bytes = 0;   // of which guesses read ahead and not used
   double decode_seconds = 0;
   double decode_io_busy_seconds = 0;  // the reader busy during them (own-rate floor)
+  PassTimes decode_times;             // where their time went (model.h)
   // The engine's idle time between passes: from the end of one pass to the start of the next
   // when the next follows without waiting for work (choosing tokens, callbacks, admission and
   // prompt snapshots happen there). Quantiles over the most recent kIdleWindow gaps.

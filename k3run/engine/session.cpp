@@ -323,10 +323,10 @@ Result<StepResult> Engine::Step(std::span<StepInput> batch) {
   const ReadCounters before = source_->Counters();
   const SourceCounters source_before = source_->Source();
   const auto t0 = std::chrono::steady_clock::now();
-  const double mla0 = model_->mla_seconds();
+  const PassTimes times0 = model_->times();
   K3_RETURN_IF_ERROR(model_->Pass(segments, r.logits.data()));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.mla_seconds = model_->mla_seconds() - mla0;
+  r.times = model_->times() - times0;
   r.bytes = source_->Counters() - before;
   r.source = source_->Source() - source_before;
   for (StepInput& in : batch) {
@@ -360,7 +360,7 @@ Result<StepResult> Engine::Feed(Sequence* seq, std::span<const int32_t> ids, Log
     K3_RETURN_IF_ERROR(Commit(seq, n));
     done += n;
     r.seconds += sum.seconds;
-    r.mla_seconds += sum.mla_seconds;
+    r.times += sum.times;
     r.bytes += sum.bytes;
     r.source += sum.source;
     sum = std::move(r);

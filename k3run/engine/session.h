@@ -102,7 +102,7 @@ struct StepResult {
   std::vector<float> logits;       // the rows asked for, input by input, [rows][vocab]
   std::vector<int64_t> first_row;  // per input: its first row in `logits`
   double seconds = 0;              // the pass's wall time
-  double mla_seconds = 0;          // of which in MLA attention (scores, softmax, weighted sums)
+  PassTimes times;                 // where the pass's wall time went (model.h)
   ReadCounters bytes;              // read during the pass
   SourceCounters source;           // expert requests, hits and I/O time during the pass
   const float* LogitsOf(size_t input, int64_t vocab) const {
@@ -213,6 +213,8 @@ class Engine {
   // The streaming source's counters; null without a budget.
   const StreamingWeights* streaming() const { return streaming_; }
   int64_t experts_skipped() const { return model_ ? model_->experts_skipped() : 0; }
+  // Where every pass's time went so far (model.h); each StepResult has its own pass's.
+  PassTimes times() const { return model_ ? model_->times() : PassTimes{}; }
   // The source's failures, then the remote experts' (scale-out).
   std::vector<ExpertFailure> Failures() const;
   // Scale-out: from here on this engine holds only the routed experts `keep(layer, expert)`

@@ -7,6 +7,7 @@
 #include "common/hash.h"
 #include "formats/vision_layout.h"
 #include "k3run/kernels/matmul.h"
+#include "k3run/weights/weights.h"
 
 namespace k3::run {
 namespace {
@@ -79,22 +80,14 @@ Status VisionEncoder::Load() {
   };
   norms_.clear();
   norms_.reserve(static_cast<size_t>(2 * dims_.layers + 2));
-  const auto norm = [&](const std::string& name) -> const float* {
+  // The norms' gains widened to fp32 (held here; the matrices stay in the file's buffer).
+  const auto norm = [&](const std::string& name, const float** out) -> Status {
     const prepared::Region& r = *by_name.at(name);
-    const uint64_t n = r.shape.at(0);
-    std::vector<float> v(n);
-    const uint8_t* src = buf.data() + r.offset;
-    for (uint64_t i = 0; i < n; ++i) {
-      if (r.dtype == DType::kF32) {
-        std::memcpy(&v[i], src + 4 * i, 4);
-      } else {
-        uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        v[i] = kernels::Bf16ToF32(b);
-      }
-    }
+    std::vector<float> v;
+    K3_RETURN_IF_ERROR(WidenInto(r, buf.data() + r.offset, &v));
     norms_.push_back(std::move(v));
-    return norms_.back().data();
+    *out = norms_.back().data();
+    return Status::Ok();
   };
   const vision::VisionDims& d = dims_;
   vision::VisionWeights w;
@@ -102,18 +95,18 @@ Status VisionEncoder::Load() {
   w.pos_emb = matrix("vision_tower.patch_embed.pos_emb.weight", d.pos_h * d.pos_w, d.hidden);
   for (int64_t b = 0; b < d.layers; ++b) {
     vision::VisionBlockWeights bw;
-    bw.norm0 = norm(vision::VisionBlockTensorName(b, "norm0"));
-    bw.norm1 = norm(vision::VisionBlockTensorName(b, "norm1"));
+    K3_RETURN_IF_ERROR(norm(vision::VisionBlockTensorName(b, "norm0"), &bw.norm0));
+    K3_RETURN_IF_ERROR(norm(vision::VisionBlockTensorName(b, "norm1"), &bw.norm1));
     bw.wqkv = matrix(vision::VisionBlockTensorName(b, "wqkv"), 3 * d.qkv(), d.hidden);
     bw.wo = matrix(vision::VisionBlockTensorName(b, "wo"), d.hidden, d.qkv());
     bw.fc0 = matrix(vision::VisionBlockTensorName(b, "mlp.fc0"), d.mlp, d.hidden);
     bw.fc1 = matrix(vision::VisionBlockTensorName(b, "mlp.fc1"), d.hidden, d.mlp);
     w.blocks.push_back(bw);
   }
-  w.final_norm = norm("vision_tower.encoder.final_layernorm.weight");
+  K3_RETURN_IF_ERROR(norm("vision_tower.encoder.final_layernorm.weight", &w.final_norm));
   w.proj0 = matrix("mm_projector.proj.0.weight", d.merged(), d.merged());
   w.proj2 = matrix("mm_projector.proj.2.weight", d.text_hidden, d.merged());
-  w.post_norm = norm("mm_projector.post_norm.weight");
+  K3_RETURN_IF_ERROR(norm("mm_projector.post_norm.weight", &w.post_norm));
   K3_RETURN_IF_ERROR(w.Validate(d));
   buffer_ = std::move(buf);
   weights_ = std::move(w);

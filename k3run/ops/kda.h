@@ -63,9 +63,31 @@ struct KdaRecords {
   static int64_t FloatsPerRow(const Dims& d);
 };
 
-// The whole KDA attention over T rows: x [T][E] (the input-layernormed row a_in),
-// out [T][E]. Updates st (which must be sized for d) in place; with `records`, st is left as it
-// was (the rows run on a scratch copy) and the rows' records are written instead.
+// The KDA attention in three phases, so that the rows of several sequences in one pass share
+// every weight read: KdaProject (step 1, every row of the pass) → KdaAttend (steps 2–8, one
+// sequence's rows in order, with that sequence's state) → KdaOutput (step 9, every row).
+// Steps 1 and 9 work row by row, so grouping rows never changes a bit.
+struct KdaRows {
+  int64_t T = 0;
+  std::vector<float> q, k, v, gate, z;  // [T][P] projections (q, k, v: conv'd in place by Attend)
+  std::vector<float> b;                 // [T][H] β logits
+  std::vector<float> o;                 // [T][P] steps 2–8's output, o_proj's input
+};
+
+// Step 1 for x [T][E] (the input-layernormed rows): every weight read once for the T rows.
+void KdaProject(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaRows* r);
+
+// Steps 2–8 for rows [first, first + n) of r, which belong to one sequence, in order. Updates st
+// (sized for d) in place; with `records`, st is left as it was (the rows run on a scratch copy)
+// and the rows' records are written instead.
+void KdaAttend(const KdaWeights& w, const Dims& d, int64_t first, int64_t n, KdaState* st,
+               KdaRows* r, KdaRecords* records = nullptr);
+
+// Step 9: out [T][E] = o_proj · r.o.
+void KdaOutput(const KdaWeights& w, const KdaRows& r, float* out);
+
+// The whole KDA attention over T rows of one sequence: x [T][E] (the input-layernormed row
+// a_in), out [T][E]; the three phases above. State and records as KdaAttend.
 void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaState* st,
               float* out, KdaRecords* records = nullptr);
 

@@ -42,42 +42,54 @@ void RecordHead(KdaRecords* r, int64_t t, int64_t h, int64_t D, int64_t P, const
 
 }  // namespace
 
-void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaState* st,
-              float* out, KdaRecords* records) {
-  if (T <= 0) return;
-  const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D, K = d.conv_k;
-  auto buf = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n)); };
-  std::vector<float> q = buf(T * P), k = buf(T * P), v = buf(T * P), gate = buf(T * P);
-  std::vector<float> b = buf(T * H), fa = buf(T * D), z = buf(T * P);
-
+void KdaProject(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaRows* r) {
+  const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D;
+  const auto rows = [T](int64_t width) { return static_cast<size_t>(T * width); };
+  r->T = T;
+  for (std::vector<float>* b : {&r->q, &r->k, &r->v, &r->gate, &r->z, &r->o}) b->resize(rows(P));
+  r->b.resize(rows(H));
+  std::vector<float> fa(rows(D));
   // 1. projections (every weight read once for the T rows)
-  kernels::MatMul(w.q_proj, x, T, q.data());
-  kernels::MatMul(w.k_proj, x, T, k.data());
-  kernels::MatMul(w.v_proj, x, T, v.data());
-  kernels::MatMul(w.b_proj, x, T, b.data());
+  kernels::MatMul(w.q_proj, x, T, r->q.data());
+  kernels::MatMul(w.k_proj, x, T, r->k.data());
+  kernels::MatMul(w.v_proj, x, T, r->v.data());
+  kernels::MatMul(w.b_proj, x, T, r->b.data());
   kernels::MatMul(w.f_a_proj, x, T, fa.data());
-  kernels::MatMul(w.f_b_proj, fa.data(), T, z.data());
-  kernels::MatMul(w.g_proj, x, T, gate.data());
+  kernels::MatMul(w.f_b_proj, fa.data(), T, r->z.data());
+  kernels::MatMul(w.g_proj, x, T, r->gate.data());
+}
+
+void KdaAttend(const KdaWeights& w, const Dims& d, int64_t first, int64_t n, KdaState* st,
+               KdaRows* r, KdaRecords* records) {
+  if (n <= 0) return;
+  const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D, K = d.conv_k;
+  float* q = r->q.data() + first * P;
+  float* k = r->k.data() + first * P;
+  float* v = r->v.data() + first * P;
+  const float* z = r->z.data() + first * P;
+  const float* gate = r->gate.data() + first * P;
+  const float* b = r->b.data() + first * H;
+  float* o = r->o.data() + first * P;
 
   // Rows that may be discarded run on a scratch copy of the state (one per thread, reused), so
   // the live state is untouched until Commit replays the rows it keeps.
   if (records != nullptr) {
-    BeginRecords(q.data(), k.data(), v.data(), T, d, records);
+    BeginRecords(q, k, v, n, d, records);
     thread_local KdaState scratch;
     scratch = *st;
     st = &scratch;
   }
 
   // 2. short causal conv with SiLU, each stream with its own taps and carried history
-  ShortConv(q.data(), T, P, K, w.q_conv.data(), st->hist_q.data(), q.data());
-  ShortConv(k.data(), T, P, K, w.k_conv.data(), st->hist_k.data(), k.data());
-  ShortConv(v.data(), T, P, K, w.v_conv.data(), st->hist_v.data(), v.data());
+  ShortConv(q, n, P, K, w.q_conv.data(), st->hist_q.data(), q);
+  ShortConv(k, n, P, K, w.k_conv.data(), st->hist_k.data(), k);
+  ShortConv(v, n, P, K, w.v_conv.data(), st->hist_v.data(), v);
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(D));  // fp32(1/sqrtf(D))
-  std::vector<float> g = buf(P), alpha = buf(P), o = buf(T * P);
-  for (int64_t t = 0; t < T; ++t) {
-    float* qt = q.data() + t * P;
-    float* kt = k.data() + t * P;
+  std::vector<float> g(static_cast<size_t>(P)), alpha(static_cast<size_t>(P));
+  for (int64_t t = 0; t < n; ++t) {
+    float* qt = q + t * P;
+    float* kt = k + t * P;
     // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), so
     // they run on the compute threads; each head's arithmetic is the same on any thread.
     kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
@@ -87,25 +99,37 @@ void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, Kda
       L2Norm(kt + c0, D);
       for (int64_t i = c0; i < c0 + D; ++i) qt[i] = qt[i] * q_scale;
       // 5. decay for this token and head
-      KdaDecay(z.data() + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D,
-               d.gate_lb, g.data() + c0, alpha.data() + c0);
-      const float beta = Sigmoid(b[static_cast<size_t>(t * H + h)]);  // 4. β per head
+      KdaDecay(z + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D, d.gate_lb,
+               g.data() + c0, alpha.data() + c0);
+      const float beta = Sigmoid(b[t * H + h]);  // 4. β per head
       if (records != nullptr) {
-        RecordHead(records, t, h, D, P, qt + c0, kt + c0, v.data() + t * P + c0,
-                   alpha.data() + c0, beta);
+        RecordHead(records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, alpha.data() + c0,
+                   beta);
       }
       // 6. recurrence, sequential over t
-      float* oh = o.data() + t * P + c0;
-      KdaRecurrenceStep(st->S.data() + h * D * D, qt + c0, kt + c0, v.data() + t * P + c0,
+      float* oh = o + t * P + c0;
+      KdaRecurrenceStep(st->S.data() + h * D * D, qt + c0, kt + c0, v + t * P + c0,
                         alpha.data() + c0, beta, D, oh);
       // 7. head-wise RMSNorm, then 8. sigmoid gate (norm FIRST)
       RmsNorm(oh, w.o_norm.data(), D, d.rms_eps, oh);
-      const float* gh = gate.data() + t * P + c0;
+      const float* gh = gate + t * P + c0;
       for (int64_t j = 0; j < D; ++j) oh[j] = oh[j] * Sigmoid(gh[j]);
     });
   }
+}
+
+void KdaOutput(const KdaWeights& w, const KdaRows& r, float* out) {
   // 9. output projection
-  kernels::MatMul(w.o_proj, o.data(), T, out);
+  kernels::MatMul(w.o_proj, r.o.data(), r.T, out);
+}
+
+void KdaLayer(const KdaWeights& w, const Dims& d, const float* x, int64_t T, KdaState* st,
+              float* out, KdaRecords* records) {
+  if (T <= 0) return;
+  KdaRows r;
+  KdaProject(w, d, x, T, &r);
+  KdaAttend(w, d, 0, T, st, &r, records);
+  KdaOutput(w, r, out);
 }
 
 void KdaReplay(const KdaRecords& r, int64_t rows, const Dims& d, KdaState* st) {

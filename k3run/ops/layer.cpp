@@ -91,15 +91,27 @@ Status BeginLayer(int64_t layer, const LayerWeights& w, const Dims& d, float* h,
   return Status::Ok();
 }
 
+Status BeginAttention(const LayerWeights& w, const Dims& d, int64_t T, LayerScratch* s) {
+  // 5. attention: the projections, every weight read once for all T rows
+  if (w.is_mla) return MlaProject(w.mla, d, s->a.data(), T, &s->mla);
+  KdaProject(w.kda, d, s->a.data(), T, &s->kda);
+  return Status::Ok();
+}
+
 Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64_t first,
                       int64_t n, LayerState state, LayerScratch* s) {
   K3_RETURN_IF_ERROR(CheckLayerState(layer, w, n, state));
-  // 5. attention
-  const float* a = s->a.data() + first * d.hidden;
-  float* att = s->out.data() + first * d.hidden;
-  if (w.is_mla) return MlaLayer(w.mla, d, a, n, state.mla, att);
-  KdaLayer(w.kda, d, a, n, state.kda, att, state.records);
+  if (w.is_mla) return MlaAttend(w.mla, d, first, n, state.mla, &s->mla);
+  KdaAttend(w.kda, d, first, n, state.kda, &s->kda, state.records);
   return Status::Ok();
+}
+
+void EndAttention(const LayerWeights& w, const Dims& d, LayerScratch* s) {
+  if (w.is_mla) {
+    MlaOutput(w.mla, d, s->a.data(), s->mla, s->out.data());
+  } else {
+    KdaOutput(w.kda, s->kda, s->out.data());
+  }
 }
 
 void MlpInput(const LayerWeights& w, const Dims& d, const BlockStack& blocks, float* h,
@@ -131,7 +143,9 @@ Status DecoderLayer(int64_t layer, const LayerWeights& w, ExpertTable experts, c
   K3_RETURN_IF_ERROR(CheckLayerState(layer, w, T, state));
   LayerScratch s;
   K3_RETURN_IF_ERROR(BeginLayer(layer, w, d, h, T, blocks, &s));
+  K3_RETURN_IF_ERROR(BeginAttention(w, d, T, &s));
   K3_RETURN_IF_ERROR(LayerAttention(layer, w, d, 0, T, state, &s));
+  EndAttention(w, d, &s);
   MlpInput(w, d, *blocks, h, T, &s);
   // 9. MLP
   if (w.is_dense) {

@@ -37,18 +37,22 @@ struct LayerState {
   KdaRecords* records = nullptr;  // KDA rows that may be discarded: recorded, kda untouched
 };
 
-// A decoder layer in four phases, so that a caller can run the attention of several sequences
-// (each with its own state) and the MLP of all their rows in one pass:
-//   BeginLayer (steps 1–4, every row) → LayerAttention (step 5, per sequence: rows [first,
-//   first + n) with that sequence's state) → MlpInput (steps 6–8, every row) → the MLP on
-//   LayerScratch::a into LayerScratch::out (dense GluMlp, or the MoE operators of moe.h) →
-//   EndLayer (step 10). Every phase but attention works row by row, so how rows are grouped
-//   never changes a bit.
+// A decoder layer in phases, so that a caller can run the attention of several sequences (each
+// with its own state) and everything else over all their rows in one pass, every weight read
+// once for all of them:
+//   BeginLayer (steps 1–4, every row) → BeginAttention (step 5's projections, every row) →
+//   LayerAttention (step 5's recurrence or cache, per sequence: rows [first, first + n) with
+//   that sequence's state) → EndAttention (step 5's output projection, every row) → MlpInput
+//   (steps 6–8, every row) → the MLP on LayerScratch::a into LayerScratch::out (dense GluMlp,
+//   or the MoE operators of moe.h) → EndLayer (step 10). Every phase but LayerAttention works
+//   row by row, so how rows are grouped never changes a bit.
 struct LayerScratch {
   std::vector<float> prefix;  // [T][E] the running prefix (step 1, 6)
   std::vector<float> a;       // [T][E] attention input (step 4), then MLP input (step 8)
   std::vector<float> out;     // [T][E] attention output (step 5), then MLP output
   bool prefix_none = false;   // a boundary layer restarted the prefix (step 3)
+  KdaRows kda;                // step 5 between its phases, in a KDA layer
+  MlaRows mla;                // step 5 between its phases, in an MLA layer
 };
 
 // kInvalid when a boundary layer would push onto a full snapshot stack.
@@ -61,16 +65,22 @@ Status CheckLayerState(int64_t layer, const LayerWeights& w, int64_t n, LayerSta
 // BlockStack (nothing is changed then).
 Status BeginLayer(int64_t layer, const LayerWeights& w, const Dims& d, float* h, int64_t T,
                   BlockStack* blocks, LayerScratch* s);
-// Fails on a missing state or a full MLA cache (nothing is changed then).
+// Step 5's projections of every row (s->a) into s->kda or s->mla. Fails only on an MLA
+// kv_b_proj the absorbed form cannot read (MXFP4).
+Status BeginAttention(const LayerWeights& w, const Dims& d, int64_t T, LayerScratch* s);
+// Step 5 for one sequence's rows [first, first + n), after BeginAttention. Fails on a missing
+// state or a full MLA cache (nothing is changed then).
 Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64_t first,
                       int64_t n, LayerState state, LayerScratch* s);
+// Step 5's output projection of every row into s->out, after every sequence's LayerAttention.
+void EndAttention(const LayerWeights& w, const Dims& d, LayerScratch* s);
 // h ← the MLP input before its norm (what the next layer's expert guess reads); s->a ← its norm.
 void MlpInput(const LayerWeights& w, const Dims& d, const BlockStack& blocks, float* h,
               int64_t T, LayerScratch* s);
 // h ← prefix + s->out.
 void EndLayer(const Dims& d, int64_t T, const LayerScratch& s, float* h);
 
-// The four phases for one sequence with every expert at hand (MoeBlock): tests and fixtures.
+// The phases for one sequence with every expert at hand (MoeBlock): tests and fixtures.
 Status DecoderLayer(int64_t layer, const LayerWeights& w, ExpertTable experts, const Dims& d,
                     float* h, int64_t T, BlockStack* blocks, LayerState state, MoeStats* stats);
 

@@ -35,19 +35,20 @@ void AddScaledRow(float p, const float* __restrict row, int64_t c, float* __rest
   for (int64_t j = 0; j < c; ++j) o[j] += p * row[j];
 }
 
-// Steps 3–5 for head h and rows [0, T): ō[h][t] from q̃[h][t], the rope query and the cache.
+// Steps 3–5 for head h and the n rows from `first` of a pass of T rows (one sequence's, the
+// first at position p0): ō[h][t] from q̃[h][t], the rope query and the cache.
 // The scores are the router kernel's double sums (kernels/router_dot.h: one double accumulator
 // per cached position, terms in ascending index) of the query [q̃_h ‖ q_rope] against each cache
 // row [latent ‖ k_rope]: latent terms, then rope terms, as step 3 says. `query` (c + r floats),
-// `acc` (len + T doubles) and `score` (len + T floats) belong to the calling thread.
-void AttendHead(const Dims& d, int64_t h, int64_t T, int64_t p0, const float* q,
-                const float* qt, const MlaCache& cache, float scale, float* query, double* acc,
-                float* score, float* obar) {
-  const int64_t H = d.n_heads, n = d.qk_nope, r = d.qk_rope, qh = d.qk_head(), c = d.kv_lora;
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t len = p0 + t + 1;  // causal: s ≤ the row's position
-    std::memcpy(query, qt + (h * T + t) * c, size_t(c) * 4);          // q̃_h
-    std::memcpy(query + c, q + (t * H + h) * qh + n, size_t(r) * 4);  // the rope query
+// `acc` (len + n doubles) and `score` (len + n floats) belong to the calling thread.
+void AttendHead(const Dims& d, int64_t h, int64_t T, int64_t first, int64_t n, int64_t p0,
+                const float* q, const float* qt, const MlaCache& cache, float scale,
+                float* query, double* acc, float* score, float* obar) {
+  const int64_t H = d.n_heads, nope = d.qk_nope, r = d.qk_rope, qh = d.qk_head(), c = d.kv_lora;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = first + i, len = p0 + i + 1;  // causal: s ≤ the row's position
+    std::memcpy(query, qt + (h * T + t) * c, size_t(c) * 4);             // q̃_h
+    std::memcpy(query + c, q + (t * H + h) * qh + nope, size_t(r) * 4);  // the rope query
     const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, cache.data.data(), nullptr};
     kernels::RouterLogitsOnThisThread(keys, query, acc);
     for (int64_t s = 0; s < len; ++s) score[s] = static_cast<float>(acc[s]) * scale;
@@ -58,27 +59,12 @@ void AttendHead(const Dims& d, int64_t h, int64_t T, int64_t p0, const float* q,
   }
 }
 
-// Step 1: q [T][H][n + r], and the new rows of the cache at positions len … len + T − 1.
-void ProjectAndAppend(const MlaWeights& w, const Dims& d, const float* x, int64_t T,
-                      MlaCache* cache, std::vector<float>* q) {
-  const int64_t qlr = d.q_lora, c = d.kv_lora, r = d.qk_rope, width = c + r;
-  std::vector<float> qa = Buf(T * qlr);
-  kernels::MatMul(w.q_a_proj, x, T, qa.data());
-  for (int64_t t = 0; t < T; ++t) {
-    float* row = qa.data() + t * qlr;
-    RmsNorm(row, w.q_a_layernorm.data(), qlr, d.mla_latent_eps, row);
-  }
-  *q = Buf(T * d.n_heads * d.qk_head());
-  kernels::MatMul(w.q_b_proj, qa.data(), T, q->data());
-  std::vector<float> ckv = Buf(T * width);
-  kernels::MatMul(w.kv_a_proj_with_mqa, x, T, ckv.data());
-  for (int64_t t = 0; t < T; ++t) {
-    const float* src = ckv.data() + t * width;
-    float* dst = cache->row(cache->len + t);
-    RmsNorm(src, w.kv_a_layernorm.data(), c, d.mla_latent_eps, dst);
-    for (int64_t i = 0; i < r; ++i) dst[c + i] = src[c + i];
-  }
-  cache->len += T;
+Status CheckRoom(const MlaCache& cache, int64_t n) {
+  if (cache.len + n <= cache.capacity) return Status::Ok();
+  return Status::Invalid("MLA latent cache full: " + std::to_string(cache.len) +
+                         " positions cached + " + std::to_string(n) + " new > capacity " +
+                         std::to_string(cache.capacity) +
+                         "; reserve more positions (--ctx) or start a new sequence");
 }
 
 }  // namespace
@@ -92,52 +78,78 @@ MlaCache MlaCache::Make(const Dims& d, int64_t capacity) {
   return c;
 }
 
-Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, MlaCache* cache,
-                float* out) {
-  if (T <= 0) return Status::Ok();
-  if (cache->len + T > cache->capacity) {
-    return Status::Invalid("MLA latent cache full: " + std::to_string(cache->len) +
-                           " positions cached + " + std::to_string(T) + " new > capacity " +
-                           std::to_string(cache->capacity) +
-                           "; reserve more positions (--ctx) or start a new sequence");
-  }
+Status MlaProject(const MlaWeights& w, const Dims& d, const float* x, int64_t T, MlaRows* r) {
   if (w.kv_b_proj.type == kernels::WeightType::kMXFP4) {
     return Status::Invalid("MLA kv_b_proj is MXFP4; the absorbed form needs F32 or BF16");
   }
   const int64_t H = d.n_heads, n = d.qk_nope, c = d.kv_lora, v = d.v_head, qh = d.qk_head();
-  const int64_t p0 = cache->len;
-  std::vector<float> q;
-  ProjectAndAppend(w, d, x, T, cache, &q);  // 1.
+  const int64_t qlr = d.q_lora;
+  r->T = T;
+  // 1. q = q_b(RMSNorm(q_a(x))); c_kv = kv_a(x) (normalised when it joins the cache)
+  std::vector<float> qa = Buf(T * qlr);
+  kernels::MatMul(w.q_a_proj, x, T, qa.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = qa.data() + t * qlr;
+    RmsNorm(row, w.q_a_layernorm.data(), qlr, d.mla_latent_eps, row);
+  }
+  r->q.resize(static_cast<size_t>(T * H * qh));
+  kernels::MatMul(w.q_b_proj, qa.data(), T, r->q.data());
+  r->ckv.resize(static_cast<size_t>(T * MlaCacheWidth(d)));
+  kernels::MatMul(w.kv_a_proj_with_mqa, x, T, r->ckv.data());
 
   // 2. q̃[h][t] = W_UK[h]ᵀ·q_nope[t][h], reading kv_b_proj's rows h·(n+v) + [0, n) by columns
   // (kernels/transposed.h: the bits of MatMul over the transpose, with no copy of it); one
   // head per chunk, so each q̃ element is computed by one thread.
   const int threads = std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H)));
-  std::vector<float> qt = Buf(H * T * c);
+  r->qt.resize(static_cast<size_t>(H * T * c));
+  r->obar.resize(static_cast<size_t>(H * T * c));
   kernels::ParallelChunks(threads, H, [&](int64_t h) {
-    kernels::MatMulTransposedOnThisThread(RowSlice(w.kv_b_proj, h * (n + v), n), q.data() + h * qh,
-                                          H * qh, T, qt.data() + h * T * c);
+    kernels::MatMulTransposedOnThisThread(RowSlice(w.kv_b_proj, h * (n + v), n),
+                                          r->q.data() + h * qh, H * qh, T,
+                                          r->qt.data() + h * T * c);
   });
+  return Status::Ok();
+}
+
+Status MlaAttend(const MlaWeights& w, const Dims& d, int64_t first, int64_t n, MlaCache* cache,
+                 MlaRows* r) {
+  if (n <= 0) return Status::Ok();
+  K3_RETURN_IF_ERROR(CheckRoom(*cache, n));
+  const int64_t H = d.n_heads, c = d.kv_lora, rope = d.qk_rope, width = cache->width;
+  const int64_t p0 = cache->len, T = r->T;
+  // The rows' latents (normalised) and rope keys (as they are) at positions p0 … p0 + n − 1.
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = r->ckv.data() + (first + i) * width;
+    float* dst = cache->row(p0 + i);
+    RmsNorm(src, w.kv_a_layernorm.data(), c, d.mla_latent_eps, dst);
+    for (int64_t j = 0; j < rope; ++j) dst[c + j] = src[c + j];
+  }
+  cache->len += n;
 
   // 3.–5. heads claimed one at a time by the compute threads, one score buffer per thread
-  const float scale = 1.0f / std::sqrt(static_cast<float>(qh));
-  const int64_t len = p0 + T, width = cache->width;
-  std::vector<float> score = Buf(threads * (len + width)), obar = Buf(H * T * c);
+  const int threads = std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.qk_head()));
+  const int64_t len = p0 + n;
+  std::vector<float> score = Buf(threads * (len + width));
   std::vector<double> acc(static_cast<size_t>(threads * len));
   std::atomic<int64_t> next_head{0};
   kernels::ParallelChunks(threads, threads, [&](int64_t chunk) {
     float* mine = score.data() + chunk * (len + width);
     double* sums = acc.data() + chunk * len;
     for (int64_t h = next_head++; h < H; h = next_head++) {
-      AttendHead(d, h, T, p0, q.data(), qt.data(), *cache, scale, mine + len, sums, mine,
-                 obar.data());
+      AttendHead(d, h, T, first, n, p0, r->q.data(), r->qt.data(), *cache, scale, mine + len,
+                 sums, mine, r->obar.data());
     }
   });
+  return Status::Ok();
+}
 
+void MlaOutput(const MlaWeights& w, const Dims& d, const float* x, const MlaRows& r, float* out) {
+  const int64_t H = d.n_heads, n = d.qk_nope, c = d.kv_lora, v = d.v_head, T = r.T;
   // 6. o[t][h] = W_UV[h]·ō[h][t]
   std::vector<float> o = Buf(T * H * v), oh = Buf(T * v);
   for (int64_t h = 0; h < H; ++h) {
-    kernels::MatMul(RowSlice(w.kv_b_proj, h * (n + v) + n, v), obar.data() + h * T * c, T,
+    kernels::MatMul(RowSlice(w.kv_b_proj, h * (n + v) + n, v), r.obar.data() + h * T * c, T,
                     oh.data());
     for (int64_t t = 0; t < T; ++t) {
       std::memcpy(o.data() + (t * H + h) * v, oh.data() + t * v, size_t(v) * 4);
@@ -150,6 +162,16 @@ Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, M
     for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] * Sigmoid(gate[i]);
   }
   kernels::MatMul(w.o_proj, o.data(), T, out);
+}
+
+Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, MlaCache* cache,
+                float* out) {
+  if (T <= 0) return Status::Ok();
+  K3_RETURN_IF_ERROR(CheckRoom(*cache, T));  // before any work
+  MlaRows r;
+  K3_RETURN_IF_ERROR(MlaProject(w, d, x, T, &r));
+  K3_RETURN_IF_ERROR(MlaAttend(w, d, 0, T, cache, &r));
+  MlaOutput(w, d, x, r, out);
   return Status::Ok();
 }
 

@@ -58,8 +58,34 @@ struct MlaCache {
 // Floats per cached position: kv_lora + qk_rope (576 for the released model).
 inline int64_t MlaCacheWidth(const Dims& d) { return d.kv_lora + d.qk_rope; }
 
-// x [T][E] (the input-layernormed rows), out [T][E]; positions cache->len … len+T−1.
-// Fails (kInvalid, cache untouched) if the cache cannot hold T more positions.
+// The layer in three phases, so that the rows of several sequences in one pass share every
+// weight read: MlaProject (steps 1–2 for every row of the pass) → MlaAttend (the cache rows and
+// steps 3–5 for one sequence's rows, with its cache) → MlaOutput (steps 6–7, every row). Steps
+// 1–2 and 6–7 work row by row, so grouping rows never changes a bit.
+struct MlaRows {
+  int64_t T = 0;
+  std::vector<float> q;     // [T][H][n + r]  step 1
+  std::vector<float> ckv;   // [T][c + r]     kv_a's output, before the latent norm
+  std::vector<float> qt;    // [H][T][c]      q̃, step 2
+  std::vector<float> obar;  // [H][T][c]      ō, steps 3–5
+};
+
+// Steps 1 (projections) and 2 for x [T][E] (the input-layernormed rows). Fails (kInvalid) on an
+// MXFP4 kv_b_proj, which the absorbed form cannot read by columns.
+Status MlaProject(const MlaWeights& w, const Dims& d, const float* x, int64_t T, MlaRows* r);
+
+// Rows [first, first + n) of r, one sequence's, in order: their normalised latents and rope keys
+// join the cache at positions cache->len …, then steps 3–5 for them. Fails (kInvalid, cache
+// untouched) if the cache cannot hold n more positions.
+Status MlaAttend(const MlaWeights& w, const Dims& d, int64_t first, int64_t n, MlaCache* cache,
+                 MlaRows* r);
+
+// Steps 6–7 for every row: out [T][E]; x is the same input MlaProject had (the gate reads it).
+void MlaOutput(const MlaWeights& w, const Dims& d, const float* x, const MlaRows& r, float* out);
+
+// The three phases for one sequence: x [T][E] (the input-layernormed rows), out [T][E];
+// positions cache->len … len+T−1. Fails (kInvalid, cache untouched) if the cache cannot hold T
+// more positions.
 Status MlaLayer(const MlaWeights& w, const Dims& d, const float* x, int64_t T, MlaCache* cache,
                 float* out);
 

@@ -53,8 +53,16 @@ uint64_t Numel(const Region& r) {
   return n;
 }
 
-// Small vectors may be BF16 or F32 on disk (MODEL.md §2, DESIGN.md §8 --small-dtype); both are
-// widened exactly into fp32.
+Result<kernels::WeightType> MatrixType(const Region& r) {
+  if (r.dtype == DType::kBF16) return kernels::WeightType::kBF16;
+  if (r.dtype == DType::kF32) return kernels::WeightType::kF32;
+  return Status::Invalid(r.file + ": tensor " + r.name + " has dtype " + DTypeName(r.dtype) +
+                         "; trunk matrices must be BF16 or F32 (re-run k3prep pack)");
+}
+
+}  // namespace
+
+// Small vectors may be BF16 or F32 on disk (MODEL.md §2, DESIGN.md §8 --small-dtype).
 Status WidenInto(const Region& r, const uint8_t* bytes, std::vector<float>* out) {
   const uint64_t n = Numel(r);
   out->resize(n);
@@ -72,15 +80,6 @@ Status WidenInto(const Region& r, const uint8_t* bytes, std::vector<float>* out)
   }
   return Status::Ok();
 }
-
-Result<kernels::WeightType> MatrixType(const Region& r) {
-  if (r.dtype == DType::kBF16) return kernels::WeightType::kBF16;
-  if (r.dtype == DType::kF32) return kernels::WeightType::kF32;
-  return Status::Invalid(r.file + ": tensor " + r.name + " has dtype " + DTypeName(r.dtype) +
-                         "; trunk matrices must be BF16 or F32 (re-run k3prep pack)");
-}
-
-}  // namespace
 
 struct RamWeights::LoadedLayer {
   AlignedBuffer run;  // the whole trunk run, as on disk

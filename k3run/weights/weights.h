@@ -208,6 +208,10 @@ class RamWeights final : public WeightSource {
   std::vector<ExpertFailure> failures_;
 };
 
+// A small vector's bytes (BF16 or F32 on disk, MODEL.md §2) widened exactly into fp32 in *out;
+// kInvalid naming the file and tensor for any other dtype.
+Status WidenInto(const prepared::Region& r, const uint8_t* bytes, std::vector<float>* out);
+
 // ops::Dims from the resolved config. mla_latent_eps is upstream's 1e-6 (MODEL.md §3.1).
 ops::Dims DimsFromConfig(const ModelConfig& c);
 

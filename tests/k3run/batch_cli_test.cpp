@@ -311,6 +311,21 @@ TEST(BatchCli, ReportFieldsArePresentAndConsistent) {
   EXPECT_DOUBLE_EQ(j["tokens_per_pass"].get<double>(),
                    static_cast<double>(generated) / static_cast<double>(passes));
   EXPECT_GT(j["bytes_per_generated_token"].get<double>(), 0);
+  // A decode pass's split: the four parts, none negative, adding up to at most the pass's time
+  // (the pass is timed around Model::Pass, the parts inside it).
+  const json& d = j["decode"];
+  ASSERT_GT(d["passes"].get<int64_t>(), 0);
+  double parts = 0;
+  for (const char* part : {"experts", "trunk", "attention", "waits"}) {
+    ASSERT_TRUE(d["split_seconds_per_pass"].contains(part)) << part;
+    const double v = d["split_seconds_per_pass"][part].get<double>();
+    EXPECT_GE(v, 0) << part;
+    parts += v;
+  }
+  EXPECT_GT(d["split_seconds_per_pass"]["experts"].get<double>(), 0);
+  EXPECT_GT(d["split_seconds_per_pass"]["attention"].get<double>(), 0);
+  EXPECT_LE(parts, d["seconds_per_pass"].get<double>() * (1 + 1e-9));
+  EXPECT_NE(r.stderr_text.find("per decode pass: experts "), std::string::npos) << r.stderr_text;
 }
 
 // ---- --spec (BatchCliSpec): each line's ids and dump bytes are those of --batch without it ----

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/hash.h"
 #include "formats/experts_index.h"
 #include "k3run/engine/generate.h"
 #include "tests/support/synth_fixture.h"
@@ -167,6 +168,20 @@ std::unique_ptr<run::Engine> OpenPlanned(const std::string& dir, const PlanOptio
   EXPECT_TRUE(loaded.ok()) << loaded.ToString();
   if (!loaded.ok()) return nullptr;
   return std::move(e).value();
+}
+
+MediaSpan SpanOfTokens(run::Engine* e, const std::vector<int32_t>& tokens, int64_t first) {
+  const int64_t E = e->config().hidden;
+  auto rows = std::make_shared<std::vector<float>>(tokens.size() * static_cast<size_t>(E));
+  EXPECT_TRUE(e->weight_source()
+                  ->EmbeddingRows(tokens.data(), static_cast<int64_t>(tokens.size()), rows->data())
+                  .ok());
+  MediaSpan s;
+  s.first = first;
+  s.rows = static_cast<int64_t>(tokens.size());
+  s.id = Xxh3_128(rows->data(), rows->size() * sizeof(float));
+  s.data = rows;
+  return s;
 }
 
 }  // namespace k3::run::testing

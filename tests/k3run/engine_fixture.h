@@ -10,6 +10,7 @@
 
 #include "formats/prepared_manifest.h"
 #include "k3run/app/cli.h"
+#include "k3run/engine/media.h"
 #include "k3run/engine/model.h"
 #include "k3run/engine/session.h"
 #include "k3run/text/tokenizer.h"
@@ -68,6 +69,10 @@ CliIo Stdin(std::vector<std::string> lines);
 // Copies the tiny prepared directory to `dst` as a text-only one (k3.json without "vision" or
 // vision.bin's regions, resealed: what `k3prep pack --no-vision` writes). Returns `dst`; the
 // test fails when it cannot.
+// The embedding rows of `tokens` as an image span at position `first`: feeding pads there gives
+// the logits of feeding the tokens themselves (what the media tests compare against).
+MediaSpan SpanOfTokens(run::Engine* e, const std::vector<int32_t>& tokens, int64_t first);
+
 std::string CopyTinyWithoutVision(const std::string& dst);
 
 // Copies the tiny prepared directory to `dst` and flips one byte of every expert of `layer`,

@@ -14,6 +14,7 @@
 namespace k3::run {
 namespace {
 
+using testing::SpanOfTokens;
 using testing::TinyPreparedDir;
 
 std::unique_ptr<Engine> Tiny() {
@@ -37,20 +38,6 @@ std::vector<float> Feed(Engine* e, const std::vector<int32_t>& ids, std::vector<
     EXPECT_TRUE(e->Commit(seq.get(), static_cast<int64_t>(n)).ok());
   }
   return out;
-}
-
-MediaSpan SpanOfTokens(Engine* e, const std::vector<int32_t>& tokens, int64_t first) {
-  const int64_t E = e->config().hidden;
-  auto rows = std::make_shared<std::vector<float>>(tokens.size() * static_cast<size_t>(E));
-  EXPECT_TRUE(e->weight_source()
-                  ->EmbeddingRows(tokens.data(), static_cast<int64_t>(tokens.size()), rows->data())
-                  .ok());
-  MediaSpan s;
-  s.first = first;
-  s.rows = static_cast<int64_t>(tokens.size());
-  s.id = Xxh3_128(rows->data(), rows->size() * sizeof(float));
-  s.data = rows;
-  return s;
 }
 
 TEST(MediaRows, SpanRowsReplaceThePadsBitForBit) {

@@ -18,23 +18,8 @@
 namespace k3::run {
 namespace {
 
+using testing::SpanOfTokens;
 using testing::TinyPreparedDir;
-
-// The embedding rows of `tokens` as a span at `first`: feeding pads there gives the logits of
-// feeding the tokens (media_rows_test.cpp).
-MediaSpan RowsOf(Engine* e, const std::vector<int32_t>& tokens, int64_t first) {
-  const int64_t E = e->config().hidden;
-  auto rows = std::make_shared<std::vector<float>>(tokens.size() * static_cast<size_t>(E));
-  EXPECT_TRUE(e->weight_source()
-                  ->EmbeddingRows(tokens.data(), static_cast<int64_t>(tokens.size()), rows->data())
-                  .ok());
-  MediaSpan s;
-  s.first = first;
-  s.rows = static_cast<int64_t>(tokens.size());
-  s.id = Xxh3_128(rows->data(), rows->size() * sizeof(float));
-  s.data = rows;
-  return s;
-}
 
 struct Got {
   std::vector<int32_t> ids;
@@ -92,7 +77,7 @@ TEST_F(SchedulerMedia, SpansGiveTheLogitsOfTheirRows) {
   const std::vector<int32_t> plain = {3, 7, 300, 42, 11, 5};
   const std::vector<int32_t> padded = {3, 7, pad_, pad_, 11, 5};
   const Got want = Alone(e_.get(), plain, {}, 4);
-  const Got got = Alone(e_.get(), padded, {RowsOf(e_.get(), {300, 42}, 2)}, 4);
+  const Got got = Alone(e_.get(), padded, {SpanOfTokens(e_.get(), {300, 42}, 2)}, 4);
   EXPECT_EQ(got.ids, want.ids);
   EXPECT_TRUE(SameBits(got.logits, want.logits));
   // The pads themselves, without the span: another input.
@@ -105,8 +90,8 @@ TEST_F(SchedulerMedia, PromptCacheNeverRestoresAnotherImage) {
   const std::vector<int32_t> a = {3, 7, pad_, pad_, 11, 5};
   std::vector<int32_t> next = a;
   next.insert(next.end(), {9, 8, 21});
-  const MediaSpan x = RowsOf(e_.get(), {300, 42}, 2);
-  const MediaSpan y = RowsOf(e_.get(), {301, 43}, 2);
+  const MediaSpan x = SpanOfTokens(e_.get(), {300, 42}, 2);
+  const MediaSpan y = SpanOfTokens(e_.get(), {301, 43}, 2);
   ASSERT_FALSE(x.id == y.id);
 
   SchedulerOptions o;
@@ -131,7 +116,7 @@ TEST_F(SchedulerMedia, PromptCacheNeverRestoresAnotherImage) {
   EXPECT_FALSE(SameBits(gb.logits, Alone(e_.get(), next, {x}, 3).logits));
 
   // C: the same image re-sent: A's end-of-prompt snapshot serves its 6 ids, same bits.
-  ASSERT_TRUE(sched.Submit(Make(next, {RowsOf(e_.get(), {300, 42}, 2)}, 3, &gc, V_)).ok());
+  ASSERT_TRUE(sched.Submit(Make(next, {SpanOfTokens(e_.get(), {300, 42}, 2)}, 3, &gc, V_)).ok());
   ASSERT_TRUE(sched.RunUntilIdle().ok());
   EXPECT_EQ(sched.Stats().prompt_cache_hits, 1);
   EXPECT_EQ(gc.result.prompt_fed, static_cast<int64_t>(next.size() - a.size()));
@@ -151,7 +136,7 @@ TEST_F(SchedulerMedia, ASnapshotWithoutTheImageIsNotRestoredForOneWithIt) {
   Got ga, gb;
   ASSERT_TRUE(sched.Submit(Make(a, {}, 1, &ga, V_)).ok());
   ASSERT_TRUE(sched.RunUntilIdle().ok());
-  const MediaSpan x = RowsOf(e_.get(), {300, 42}, 2);
+  const MediaSpan x = SpanOfTokens(e_.get(), {300, 42}, 2);
   ASSERT_TRUE(sched.Submit(Make(next, {x}, 2, &gb, V_)).ok());
   ASSERT_TRUE(sched.RunUntilIdle().ok());
   EXPECT_EQ(sched.Stats().prompt_cache_hits, 0);
@@ -162,17 +147,17 @@ TEST_F(SchedulerMedia, SpansOutsideThePromptAreRefused) {
   Scheduler sched(e_.get(), SchedulerOptions{});
   Got g;
   const std::vector<int32_t> p = {3, pad_, pad_};
-  Result<int64_t> r = sched.Submit(Make(p, {RowsOf(e_.get(), {300, 42}, 2)}, 1, &g, V_));
+  Result<int64_t> r = sched.Submit(Make(p, {SpanOfTokens(e_.get(), {300, 42}, 2)}, 1, &g, V_));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("positions 2..3: not inside the prompt of 3 ids"),
             std::string::npos)
       << r.status().ToString();
-  MediaSpan short_rows = RowsOf(e_.get(), {300, 42}, 1);
+  MediaSpan short_rows = SpanOfTokens(e_.get(), {300, 42}, 1);
   short_rows.rows = 1;
   r = sched.Submit(Make(p, {short_rows}, 1, &g, V_));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("rows are not 1 x"), std::string::npos);
-  r = sched.Submit(Make(p, {RowsOf(e_.get(), {300}, 2), RowsOf(e_.get(), {42}, 1)}, 1, &g, V_));
+  r = sched.Submit(Make(p, {SpanOfTokens(e_.get(), {300}, 2), SpanOfTokens(e_.get(), {42}, 1)}, 1, &g, V_));
   ASSERT_FALSE(r.ok());  // out of order
 }
 

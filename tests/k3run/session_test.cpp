@@ -92,6 +92,36 @@ TEST(Session, SequencesSharingPassesGetTheBitsOfTheirOwnRuns) {
   }
 }
 
+// A pass's split (model.h PassTimes) covers the pass: every part is timed inside Model::Pass,
+// which Step times from outside, so the parts add up to at most the step's seconds; the tiny
+// model's pass runs attention and routed experts, so those parts are not zero; and the
+// engine's running total is the sum of its passes' splits.
+TEST(Session, PassSplitAddsUpToAtMostThePassTime) {
+  std::unique_ptr<Engine> e = OpenTiny(16);
+  ASSERT_NE(e, nullptr);
+  std::unique_ptr<Sequence> a = e->NewSequence(), b = e->NewSequence();
+  const PassTimes before = e->times();
+  PassTimes summed;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<StepInput> in{{a.get(), {int32_t(3 + i), 7}, Logits::kLast},
+                              {b.get(), {int32_t(40 + i)}, Logits::kLast}};
+    Result<StepResult> r = e->Step(in);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const PassTimes& t = r->times;
+    for (double part : {t.attention, t.experts, t.waits, t.trunk, t.mla}) EXPECT_GE(part, 0);
+    EXPECT_GT(t.attention, 0);
+    EXPECT_GT(t.experts, 0);
+    EXPECT_LE(t.mla, t.attention);
+    EXPECT_LE(t.total(), r->seconds * (1 + 1e-9));
+    summed += t;
+    ASSERT_TRUE(e->Commit(a.get(), 2).ok());
+    ASSERT_TRUE(e->Commit(b.get(), 1).ok());
+  }
+  const PassTimes engine = e->times() - before;
+  EXPECT_NEAR(engine.total(), summed.total(), 1e-9);
+  EXPECT_NEAR(engine.experts, summed.experts, 1e-9);
+}
+
 // Generate on a Session gives the fixture's greedy ids (the path every earlier test pinned).
 TEST(Session, GenerateEqualsTheGreedyIdsOfTheEngineFixture) {
   std::unique_ptr<Engine> e = OpenTiny(testing::kPrompt.size() + 5);

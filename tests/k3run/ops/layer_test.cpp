@@ -111,7 +111,9 @@ TEST(DecoderLayer, PhasesLeaveThePreNormMlpInputAndComposeToTheLayer) {
     KdaState st = KdaState::Zero(d);
     LayerScratch s;
     ASSERT_TRUE(BeginLayer(0, w, d, h.data(), 1, &blocks, &s).ok());
+    ASSERT_TRUE(BeginAttention(w, d, 1, &s).ok());
     ASSERT_TRUE(LayerAttention(0, w, d, 0, 1, {&st, nullptr}, &s).ok());
+    EndAttention(w, d, &s);
     MlpInput(w, d, blocks, h.data(), 1, &s);
     const F att = Kda(w, d, Norm(e, w.input_layernorm, d));
     const F h2 = Agg({&e, &att}, w.mlp_res_norm, w.mlp_res_proj, d);

@@ -6,7 +6,9 @@
 # generated tok/s, bytes read per generated token (prompt passes included), and how many times
 # fewer bytes per generated token than the first count (1 sequence) reads; then the same for the
 # passes of decode rows only (what batching saves once prompts are in), with decode tok/s and
-# time ÷ the own-rate floor (the bytes needed at the rate the reader achieved while busy).
+# time ÷ the own-rate floor (the bytes needed at the rate the reader achieved while busy), decode
+# tok/s against the first count's, and where a decode pass's time went (k3run's split: routed
+# experts' compute, the rest of the trunk, attention, waits for weights).
 #
 # usage: scripts/bench-batch.sh --prepared DIR [--build DIR] [--seqs 1,2,4,8,16]
 #                               [--prompt-len N] [--gen N] [--threads N] [--work DIR]
@@ -68,8 +70,10 @@ import json, sys
 work, seqs = sys.argv[1], sys.argv[2].split(",")
 print("| sequences | passes | rows/pass (mean, max) | generated tokens | aggregate tok/s | "
       "MB read per generated token | fewer than " + seqs[0] + " | decode passes | decode MB per "
-      "token | decode: fewer than " + seqs[0] + " | decode tok/s | decode time ÷ own-rate floor |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "token | decode: fewer than " + seqs[0] + " | decode tok/s | decode tok/s ÷ " + seqs[0] +
+      "'s | decode time ÷ own-rate floor | decode pass ms: experts, trunk, attention, waits |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+tbase = None
 base = dbase = None
 for s in seqs:
     r = json.load(open(f"{work}/batch-{s}.json"))
@@ -80,8 +84,13 @@ for s in seqs:
     dbase = dbase or dbpt
     fl = d["time_over_own_rate_floor"]
     tps = d["tokens_per_s"]
+    tbase = tbase or tps
+    split = d["split_seconds_per_pass"]
+    parts = ", ".join(f"{split[k] * 1e3:.1f}" for k in ("experts", "trunk", "attention", "waits"))
     print(f"| {s} | {r['passes']} | {r['rows_per_pass']['mean']:.2f}, {r['rows_per_pass']['max']} | "
           f"{r['generated_tokens']} | {r['tokens_per_second']:.2f} | {bpt / 1e6:.3f} | "
           f"{base / bpt:.2f}x | {d['passes']} | {dbpt / 1e6:.3f} | {dbase / dbpt:.2f}x | "
-          f"{tps if tps is None else round(tps, 2)} | {fl if fl is None else round(fl, 2)} |")
+          f"{tps if tps is None else round(tps, 2)} | "
+          f"{'-' if not tps or not tbase else f'{tps / tbase:.2f}x'} | "
+          f"{fl if fl is None else round(fl, 2)} | {parts} |")
 PY

@@ -213,13 +213,17 @@ template <class L, int RB, int kTB>
 void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
               int64_t r0) {
   int64_t t = 0;
-  // The next rows are prefetched (see Tile) by a tile of 1 activation and by a first tile of 2,
-  // never by tiles of 4, which need their registers, nor by a tile of 2 that another follows
-  // over the same rows (bf16 768×3584 at T = 4 on avx2 ran at 0.7× with it).
+  // The next rows are prefetched (see Tile) by a tile of 1 activation and by a first tile of 2
+  // (RowBlock<…, 2> is only used for short rows, see Rows), never by tiles of 4, which need
+  // their registers.
   if constexpr (kTB <= 2) {
     if (T == kTB) {
       Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
       return;
+    }
+    if (T > kTB) {  // the first tile streams the rows in; the others find them in L1
+      Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
+      t = kTB;
     }
   }
   // bf16/f32 rows short enough for Tile's prefetch: the first tile of 4 prefetches after all
@@ -252,6 +256,13 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
     for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, true>(w, rows, cols, x, y, r, 0);
+  } else if (T <= 16 && !L::kPermuted && 4 * w.row_bytes() <= (16 << 10)) {
+    // Short bf16/f32 rows (the bench preset's 768 columns), 2..16 activations: pairs, the first
+    // prefetching the next rows, then the rest of the pairs from L1. Against tiles of 4
+    // (k3_bench_roofline, avx512, bf16 3584×768, weight GB/s at T = 4 / 8 / 16): one thread
+    // 9.8 / 7.1 / 4.5 -> 13.4 / 8.4 / 4.8, two 16.8 / 11.9 / 8.0 -> 26.6 / 16.3 / 9.4. Long rows
+    // keep tiles of 4 (12288×7168 at T = 4 ran at 0.8× in pairs).
+    for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 2>(w, rows, cols, x, T, y, r);
   } else {
     for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 4>(w, rows, cols, x, T, y, r);
   }

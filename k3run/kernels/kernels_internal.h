@@ -38,17 +38,17 @@ void MatMulRowsAvx2(const Matrix& w, const float* x, int64_t T, float* y, int64_
 void MatMulRowsAvx512(const Matrix& w, const float* x, int64_t T, float* y, int64_t r_begin,
                       int64_t r_end);
 
-// Router logits (router_dot.h) for rows [r_begin, r_end): out[r] = Σ_i double(w[r][i])·
-// double(x[i]) in ascending i, one accumulator per row. BF16 or F32 weights. One function per
-// ISA; RouterLogits in router_dot.cpp is the only caller. The SIMD bodies hand rows left over
-// from their row groups to RouterRowsScalar.
-using RouterRowsFn = void (*)(const Matrix& w, const float* x, double* out, int64_t r_begin,
-                              int64_t r_end);
-void RouterRowsScalar(const Matrix& w, const float* x, double* out, int64_t r_begin,
+// Router logits (router_dot.h) for weight rows [r_begin, r_end) and T activation rows x
+// [T][cols]: out[t·w.rows + r] = Σ_i double(w[r][i])·double(x[t][i]) in ascending i, one
+// accumulator per (t, r). BF16 or F32 weights. One function per ISA; router_dot.cpp is the only
+// caller. The SIMD bodies hand rows left over from their row groups to RouterRowsScalar.
+using RouterRowsFn = void (*)(const Matrix& w, const float* x, int64_t T, double* out,
+                              int64_t r_begin, int64_t r_end);
+void RouterRowsScalar(const Matrix& w, const float* x, int64_t T, double* out, int64_t r_begin,
                       int64_t r_end);
-void RouterRowsAvx2(const Matrix& w, const float* x, double* out, int64_t r_begin,
+void RouterRowsAvx2(const Matrix& w, const float* x, int64_t T, double* out, int64_t r_begin,
                     int64_t r_end);
-void RouterRowsAvx512(const Matrix& w, const float* x, double* out, int64_t r_begin,
+void RouterRowsAvx512(const Matrix& w, const float* x, int64_t T, double* out, int64_t r_begin,
                       int64_t r_end);
 
 // MatMulTransposedOnThisThread (transposed.h): the scalar reference for columns [j_begin, j_end)

@@ -38,12 +38,17 @@ void Rows(const Elem* w, int64_t cols, const float* x, int64_t r0, int64_t r1, d
 
 }  // namespace
 
-void RouterRowsScalar(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
-  if (w.type == WeightType::kBF16) {
-    Rows(static_cast<const uint16_t*>(w.data), w.cols, x, r0, r1, out,
-         [](uint16_t v) { return Bf16ToF32(v); });
-  } else {
-    Rows(static_cast<const float*>(w.data), w.cols, x, r0, r1, out, [](float v) { return v; });
+void RouterRowsScalar(const Matrix& w, const float* x, int64_t T, double* out, int64_t r0,
+                      int64_t r1) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * w.cols;
+    double* ot = out + t * w.rows;
+    if (w.type == WeightType::kBF16) {
+      Rows(static_cast<const uint16_t*>(w.data), w.cols, xt, r0, r1, ot,
+           [](uint16_t v) { return Bf16ToF32(v); });
+    } else {
+      Rows(static_cast<const float*>(w.data), w.cols, xt, r0, r1, ot, [](float v) { return v; });
+    }
   }
 }
 
@@ -66,6 +71,11 @@ internal::RouterRowsFn RouterRowsFor(Isa isa) {
 }  // namespace
 
 void RouterLogits(const Matrix& w, const float* x, double* out) {
+  RouterLogitsRows(w, x, 1, out);
+}
+
+void RouterLogitsRows(const Matrix& w, const float* x, int64_t T, double* out) {
+  if (T <= 0) return;
   const internal::RouterRowsFn rows_fn = RouterRowsFor(ActiveIsa());
   // A multiple of every body's row group (AVX-512 and AVX2: 16, scalar: 8), so a chunk is
   // whole groups and the split over threads is the single-thread split cut at group borders.
@@ -73,12 +83,12 @@ void RouterLogits(const Matrix& w, const float* x, double* out) {
   const int64_t chunks = (w.rows + kRowsPerChunk - 1) / kRowsPerChunk;
   ParallelChunks(Threads(), chunks, [&](int64_t c) {
     const int64_t r0 = c * kRowsPerChunk, r1 = std::min(w.rows, r0 + kRowsPerChunk);
-    rows_fn(w, x, out, r0, r1);
+    rows_fn(w, x, T, out, r0, r1);
   });
 }
 
 void RouterLogitsOnThisThread(const Matrix& w, const float* x, double* out) {
-  RouterRowsFor(ActiveIsa())(w, x, out, 0, w.rows);
+  RouterRowsFor(ActiveIsa())(w, x, 1, out, 0, w.rows);
 }
 
 }  // namespace k3::kernels

@@ -42,6 +42,10 @@ namespace k3::kernels {
 
 // w: BF16 or F32 [rows][cols] (validated by the caller); out [rows].
 void RouterLogits(const Matrix& w, const float* x, double* out);
+// T activation rows x [T][cols] → out [T][rows]: row t's sums are exactly RouterLogits(w, x_t)
+// (the same bits on every path), with the weights read once for all T (AVX-512: each 8-row
+// group's transposed columns feed up to 4 activation rows; AVX2 and scalar: row after row).
+void RouterLogitsRows(const Matrix& w, const float* x, int64_t T, double* out);
 // The same sums, same bits, on the calling thread only: for callers that spread independent
 // products over the compute threads themselves (MLA's scores over the latent cache, a head per
 // thread: k3run/ops/mla.h). Safe to call from inside ParallelChunks.

@@ -130,17 +130,23 @@ void Rows(const Elem* w, int64_t cols, const float* x, double* out, int64_t r, i
 
 #undef K3_ALWAYS_INLINE
 
-}  // namespace
-
-void RouterRowsAvx2(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
-  // Whole 8-row groups here; the last < 8 rows take the scalar body (same operations per row).
+// One activation row: whole 8-row groups here, the last < 8 rows by the scalar body (same
+// operations per row).
+void RowsOfOne(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
   const int64_t whole = r0 + (r1 - r0) / kRowsPerGroup * kRowsPerGroup;
   if (w.type == WeightType::kBF16) {
     Rows(static_cast<const uint16_t*>(w.data), w.cols, x, out, r0, whole);
   } else {
     Rows(static_cast<const float*>(w.data), w.cols, x, out, r0, whole);
   }
-  if (whole < r1) RouterRowsScalar(w, x, out, whole, r1);
+  if (whole < r1) RouterRowsScalar(w, x, 1, out, whole, r1);
+}
+
+}  // namespace
+
+void RouterRowsAvx2(const Matrix& w, const float* x, int64_t T, double* out, int64_t r0,
+                    int64_t r1) {
+  for (int64_t t = 0; t < T; ++t) RowsOfOne(w, x + t * w.cols, out + t * w.rows, r0, r1);
 }
 
 }  // namespace k3::kernels::internal

@@ -105,11 +105,14 @@ double Widen(uint16_t v) {
 }
 double Widen(float v) { return static_cast<double>(v); }
 
-// Rows [r, r + 8·G), all columns. The next `next_rows` rows (contiguous after these) are
+// Rows [r, r + 8·G), all columns, for NX activation rows x[0..NX) (out[a] is row a's [rows]):
+// each step's transposed columns feed every activation, so the weights are read and transposed
+// once for all NX; each (row, activation) keeps its own accumulator lane with the single-row
+// operations in the single-row order. The next `next_rows` rows (contiguous after these) are
 // prefetched along the way when they are short: the engine's gate comes from memory, not cache,
 // and rows of 1.5 KB end before the hardware prefetcher ramps up on 16 streams (as in MatMul).
-template <int G, typename Elem>
-void Groups(const Elem* w, int64_t cols, const float* x, double* out, int64_t r,
+template <int G, int NX, typename Elem>
+void Groups(const Elem* w, int64_t cols, const float* const* x, double* const* out, int64_t r,
             int64_t next_rows) {
   constexpr int64_t kMaxPrefetchBytes = 32 << 10;
   const char* pf = reinterpret_cast<const char*>(w + (r + kRowsPerGroup * G) * cols);
@@ -118,63 +121,108 @@ void Groups(const Elem* w, int64_t cols, const float* x, double* out, int64_t r,
   const int64_t steps = cols >= kColsPerStep ? cols / kColsPerStep : 1;
   const int64_t pf_stride = (pf_bytes + steps - 1) / steps;  // bf16: 256 B per step
   int64_t pf_at = 0;
-  __m512d acc[G];
+  __m512d acc[NX][G];
 #pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_pd();
+  for (int a = 0; a < NX; ++a) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[a][g] = _mm512_setzero_pd();
+  }
   int64_t c = 0;
   for (; c + kColsPerStep <= cols; c += kColsPerStep) {
     for (int64_t b = 0; b < pf_stride && pf_at < pf_bytes; b += 64, pf_at += 64) {
       _mm_prefetch(pf + pf_at, _MM_HINT_T0);
     }
-    alignas(64) double xd[kColsPerStep];
-    _mm512_store_pd(xd, _mm512_cvtps_pd(_mm256_loadu_ps(x + c)));
+    alignas(64) double xd[NX][kColsPerStep];
+#pragma GCC unroll 8
+    for (int a = 0; a < NX; ++a) _mm512_store_pd(xd[a], _mm512_cvtps_pd(_mm256_loadu_ps(x[a] + c)));
     __m256 f[G][kColsPerStep];
 #pragma GCC unroll 8
     for (int g = 0; g < G; ++g) Columns(w, cols, r + kRowsPerGroup * g, c, f[g]);
 #pragma GCC unroll 8
     for (int k = 0; k < kColsPerStep; ++k) {
-      const __m512d xk = _mm512_set1_pd(xd[k]);
+      __m512d wd[G];
 #pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_pd(_mm512_cvtps_pd(f[g][k]), xk, acc[g]);
+      for (int g = 0; g < G; ++g) wd[g] = _mm512_cvtps_pd(f[g][k]);
+#pragma GCC unroll 8
+      for (int a = 0; a < NX; ++a) {
+        const __m512d xk = _mm512_set1_pd(xd[a][k]);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) acc[a][g] = _mm512_fmadd_pd(wd[g], xk, acc[a][g]);
+      }
     }
   }
-  for (int g = 0; g < G; ++g) {
-    alignas(64) double lanes[kRowsPerGroup];
-    _mm512_store_pd(lanes, acc[g]);
-    for (int64_t l = 0; l < kRowsPerGroup; ++l) {
-      const int64_t row = r + kRowsPerGroup * g + l;
-      double a = lanes[l];
-      for (int64_t i = c; i < cols; ++i) {  // the ragged columns, still ascending
-        a = a + Widen(w[row * cols + i]) * static_cast<double>(x[i]);
+  for (int a = 0; a < NX; ++a) {
+    for (int g = 0; g < G; ++g) {
+      alignas(64) double lanes[kRowsPerGroup];
+      _mm512_store_pd(lanes, acc[a][g]);
+      for (int64_t l = 0; l < kRowsPerGroup; ++l) {
+        const int64_t row = r + kRowsPerGroup * g + l;
+        double s = lanes[l];
+        for (int64_t i = c; i < cols; ++i) {  // the ragged columns, still ascending
+          s = s + Widen(w[row * cols + i]) * static_cast<double>(x[a][i]);
+        }
+        out[a][row] = s;
       }
-      out[row] = a;
     }
   }
 }
 
-// [r, r1) is whole 8-row groups.
-template <typename Elem>
-void Rows(const Elem* w, int64_t cols, const float* x, double* out, int64_t r, int64_t r1) {
+// [r, r1) is whole 8-row groups; NX activation rows.
+template <int NX, typename Elem>
+void Rows(const Elem* w, int64_t cols, const float* const* x, double* const* out, int64_t r,
+          int64_t r1) {
   constexpr int64_t kStep = kGroups * kRowsPerGroup;
   for (; r + kStep <= r1; r += kStep) {
-    Groups<kGroups>(w, cols, x, out, r, r1 - (r + kStep) < kStep ? r1 - (r + kStep) : kStep);
+    Groups<kGroups, NX>(w, cols, x, out, r, r1 - (r + kStep) < kStep ? r1 - (r + kStep) : kStep);
   }
-  for (; r + kRowsPerGroup <= r1; r += kRowsPerGroup) Groups<1>(w, cols, x, out, r, 0);
+  for (; r + kRowsPerGroup <= r1; r += kRowsPerGroup) Groups<1, NX>(w, cols, x, out, r, 0);
+}
+
+// Activation rows in tiles of kTile (the accumulators of 2 groups × 4 activations and the 16
+// transposed column vectors fill the register file), the rest 2 then 1 at a time.
+constexpr int kTile = 4;
+
+template <typename Elem>
+void Activations(const Elem* w, int64_t cols, int64_t rows, const float* x, int64_t T,
+                 double* out, int64_t r0, int64_t r1) {
+  const float* xs[kTile];
+  double* os[kTile];
+  auto point = [&](int64_t t, int n) {
+    for (int a = 0; a < n; ++a) {
+      xs[a] = x + (t + a) * cols;
+      os[a] = out + (t + a) * rows;
+    }
+  };
+  int64_t t = 0;
+  for (; t + kTile <= T; t += kTile) {
+    point(t, kTile);
+    Rows<kTile>(w, cols, xs, os, r0, r1);
+  }
+  if (t + 2 <= T) {
+    point(t, 2);
+    Rows<2>(w, cols, xs, os, r0, r1);
+    t += 2;
+  }
+  if (t < T) {
+    point(t, 1);
+    Rows<1>(w, cols, xs, os, r0, r1);
+  }
 }
 
 #undef K3_ALWAYS_INLINE
 
 }  // namespace
 
-void RouterRowsAvx512(const Matrix& w, const float* x, double* out, int64_t r0, int64_t r1) {
+void RouterRowsAvx512(const Matrix& w, const float* x, int64_t T, double* out, int64_t r0,
+                      int64_t r1) {
   // Whole 8-row groups here; the last < 8 rows take the scalar body (same operations per row).
   const int64_t whole = r0 + (r1 - r0) / kRowsPerGroup * kRowsPerGroup;
   if (w.type == WeightType::kBF16) {
-    Rows(static_cast<const uint16_t*>(w.data), w.cols, x, out, r0, whole);
+    Activations(static_cast<const uint16_t*>(w.data), w.cols, w.rows, x, T, out, r0, whole);
   } else {
-    Rows(static_cast<const float*>(w.data), w.cols, x, out, r0, whole);
+    Activations(static_cast<const float*>(w.data), w.cols, w.rows, x, T, out, r0, whole);
   }
-  if (whole < r1) RouterRowsScalar(w, x, out, whole, r1);
+  if (whole < r1) RouterRowsScalar(w, x, T, out, whole, r1);
 }
 
 }  // namespace k3::kernels::internal

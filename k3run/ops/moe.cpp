@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
 #include "k3run/ops/activation.h"
 #include "k3run/ops/glu.h"
@@ -17,9 +18,13 @@ Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T) {
   r.topk = d.topk;
   r.idx.resize(static_cast<size_t>(T * d.topk));
   r.weight.resize(static_cast<size_t>(T * d.topk));
-  for (int64_t t = 0; t < T; ++t) {  // 1.–4.
-    RouteToken(w.gate, w.score_bias.data(), d, x + t * d.hidden, r.idx.data() + t * d.topk,
-               r.weight.data() + t * d.topk);
+  // 1. every row's logits in one pass over the gate (row t's bits are RouteToken's), 2.–4. each
+  // row's selection
+  std::vector<double> logits(static_cast<size_t>(T * d.n_experts));
+  kernels::RouterLogitsRows(w.gate, x, T, logits.data());
+  for (int64_t t = 0; t < T; ++t) {
+    SelectExperts(logits.data() + t * d.n_experts, w.score_bias.data(), d,
+                  r.idx.data() + t * d.topk, r.weight.data() + t * d.topk);
   }
   return r;
 }

@@ -11,15 +11,20 @@ namespace k3::ops {
 
 void RouteToken(const Matrix& gate, const float* bias, const Dims& d, const float* x,
                 int32_t* idx, float* weight) {
-  const int64_t N = d.n_experts, k = d.topk;
-  std::vector<float> s(static_cast<size_t>(N)), c(static_cast<size_t>(N));
-  std::vector<bool> taken(static_cast<size_t>(N), false);
-  std::vector<double> logits(static_cast<size_t>(N));
+  std::vector<double> logits(static_cast<size_t>(d.n_experts));
   // In double, ascending index per row (MODEL.md §3.6); every ISA path and thread count gives
   // the same bits (kernels/router_dot.h).
   kernels::RouterLogits(gate, x, logits.data());
+  SelectExperts(logits.data(), bias, d, idx, weight);
+}
+
+void SelectExperts(const double* logits, const float* bias, const Dims& d, int32_t* idx,
+                   float* weight) {
+  const int64_t N = d.n_experts, k = d.topk;
+  std::vector<float> s(static_cast<size_t>(N)), c(static_cast<size_t>(N));
+  std::vector<bool> taken(static_cast<size_t>(N), false);
   for (int64_t e = 0; e < N; ++e) {
-    s[static_cast<size_t>(e)] = Sigmoid(static_cast<float>(logits[static_cast<size_t>(e)]));
+    s[static_cast<size_t>(e)] = Sigmoid(static_cast<float>(logits[e]));
     c[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + bias[e];
   }
   for (int64_t j = 0; j < k; ++j) {

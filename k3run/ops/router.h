@@ -17,6 +17,10 @@ namespace k3::ops {
 // One token: x [E]; idx [topk] and weight [topk] in descending selection score.
 void RouteToken(const Matrix& gate, const float* bias, const Dims& d, const float* x,
                 int32_t* idx, float* weight);
+// Steps 2–4 for one token from its router logits [n_experts] (kernels::RouterLogits or one row
+// of RouterLogitsRows): what RouteToken does after the product.
+void SelectExperts(const double* logits, const float* bias, const Dims& d, int32_t* idx,
+                   float* weight);
 
 // A guess, for reading ahead, of the experts MoE layer `next` will pick, from an earlier layer's
 // pre-norm MLP input h [T][E]: the residual stream changes little from one layer to the next,

@@ -283,19 +283,20 @@ void BmMatMul(benchmark::State& state, Isa isa, const std::vector<Weights>* copi
   SetCounters(state, first, T);
 }
 
-void BmRouter(benchmark::State& state, Isa isa, const Weights* w, int threads) {
+// T activation rows through RouterLogitsRows (T = 1 is RouterLogits's path): ns per call.
+void BmRouter(benchmark::State& state, Isa isa, const Weights* w, int threads, int64_t T) {
   SetIsa(isa);
   SetThreads(threads);
-  const std::vector<float> x = Activations(1, w->m.cols);
-  std::vector<double> out(static_cast<size_t>(w->m.rows));
+  const std::vector<float> x = Activations(T, w->m.cols);
+  std::vector<double> out(static_cast<size_t>(T * w->m.rows));
   for (auto _ : state) {
-    RouterLogits(w->m, x.data(), out.data());
+    RouterLogitsRows(w->m, x.data(), T, out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 *
-                             static_cast<double>(w->m.rows * w->m.cols) / 1e9,
+                             static_cast<double>(T * w->m.rows * w->m.cols) / 1e9,
                          benchmark::Counter::kIsRate);
 }
 
@@ -492,7 +493,13 @@ int main(int argc, char** argv) {
       for (Isa isa : isas) {
         benchmark::RegisterBenchmark(
             RouterName(w.m.rows, w.m.cols, threads, isa).c_str(),
-            [isa, w = &w, threads](benchmark::State& s) { BmRouter(s, isa, w, threads); })
+            [isa, w = &w, threads](benchmark::State& s) { BmRouter(s, isa, w, threads, 1); })
+            ->UseRealTime()
+            ->Unit(benchmark::kNanosecond);
+        // A decode pass of 8 sequences routes 8 rows per layer with one read of the gate.
+        benchmark::RegisterBenchmark(
+            (RouterName(w.m.rows, w.m.cols, threads, isa) + "/T:8").c_str(),
+            [isa, w = &w, threads](benchmark::State& s) { BmRouter(s, isa, w, threads, 8); })
             ->UseRealTime()
             ->Unit(benchmark::kNanosecond);
       }

@@ -1,6 +1,6 @@
-// RouterLogits: every ISA path this CPU supports, at 1, 2 and 3 threads, gives the bits of a
-// plain double loop in ascending index order (MODEL.md §3.6), for BF16 and F32 gates, on shapes
-// whose rows are not whole SIMD row groups (8 / 16 / 32) or thread chunks (64) and whose cols
+// RouterLogits and RouterLogitsRows: every ISA path this CPU supports, at 1, 2 and 3 threads,
+// gives the bits of a plain double loop in ascending index order (MODEL.md §3.6), for BF16 and
+// F32 gates, on shapes whose rows are not whole SIMD row groups (8 / 16 / 32) or thread chunks (64) and whose cols
 // are not whole 8- or 16-column steps; plus hand-computed cases that fail if a row's sum is
 // reordered or split, or if an accumulator starts at −0.0.
 #include "k3run/kernels/router_dot.h"
@@ -146,6 +146,35 @@ TEST_P(RouterDot, EveryIsaAndThreadCountMatchesTheAscendingDoubleLoopBitForBit) 
     std::vector<double> got(static_cast<size_t>(sh.rows), -1.0);
     RouterLogits(m, x.data(), got.data());
     EXPECT_EQ("", FirstDifference(want, got)) << Where(isa, threads, t, sh.rows, sh.cols);
+  });
+  if (!unsupported.empty()) GTEST_SKIP() << unsupported << " not supported by this CPU (the others passed)";
+}
+
+// RouterLogitsRows: each of T activation rows (1..9: the AVX-512 tiles of 4, a pair and a single,
+// and every remainder) gets the reference's bits for its own row, on every path and thread count.
+TEST_P(RouterDot, ManyActivationRowsEachGetTheirOwnRowsBits) {
+  const Shape sh = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(sh.rows * 7919 + sh.cols));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const Gate gate = MakeGate(sh.rows, sh.cols, [&](int64_t r, int64_t) {
+    return nd(rng) * (r % 3 == 1 ? 1e20f : 1.0f);
+  });
+  constexpr int64_t kMaxT = 9;
+  std::vector<float> x(static_cast<size_t>(kMaxT * sh.cols));
+  for (float& v : x) v = nd(rng);
+  const std::string unsupported = ForEveryPath([&](Isa isa, int threads, WeightType t) {
+    const Matrix m = gate.view(t);
+    for (int64_t T = 1; T <= kMaxT; ++T) {
+      std::vector<double> got(static_cast<size_t>(T * sh.rows), -1.0);
+      RouterLogitsRows(m, x.data(), T, got.data());
+      for (int64_t a = 0; a < T; ++a) {
+        const std::vector<float> xa(x.begin() + a * sh.cols, x.begin() + (a + 1) * sh.cols);
+        const std::vector<double> want = Reference(t, m.data, sh.rows, sh.cols, xa);
+        const std::vector<double> row(got.begin() + a * sh.rows, got.begin() + (a + 1) * sh.rows);
+        EXPECT_EQ("", FirstDifference(want, row))
+            << Where(isa, threads, t, sh.rows, sh.cols) << ", T = " << T << ", row " << a;
+      }
+    }
   });
   if (!unsupported.empty()) GTEST_SKIP() << unsupported << " not supported by this CPU (the others passed)";
 }

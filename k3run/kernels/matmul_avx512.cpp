@@ -256,12 +256,14 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
     for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, true>(w, rows, cols, x, y, r, 0);
-  } else if (T <= 16 && !L::kPermuted && 4 * w.row_bytes() <= (16 << 10)) {
-    // Short bf16/f32 rows (the bench preset's 768 columns), 2..16 activations: pairs, the first
-    // prefetching the next rows, then the rest of the pairs from L1. Against tiles of 4
-    // (k3_bench_roofline, avx512, bf16 3584×768, weight GB/s at T = 4 / 8 / 16): one thread
-    // 9.8 / 7.1 / 4.5 -> 13.4 / 8.4 / 4.8, two 16.8 / 11.9 / 8.0 -> 26.6 / 16.3 / 9.4. Long rows
-    // keep tiles of 4 (12288×7168 at T = 4 ran at 0.8× in pairs).
+  } else if (T <= 8 && !L::kPermuted && 4 * w.row_bytes() <= (16 << 10)) {
+    // Short bf16/f32 rows (the bench preset's 768 columns), 2..8 activations (a decode pass of
+    // up to 8 sequences): pairs, the first prefetching the next rows, then the rest of the pairs
+    // from L1. Against tiles of 4 (k3_bench_roofline, avx512, bf16 3584×768 from DRAM, weight
+    // GB/s at T = 4 / 8): one thread 9.8 / 7.1 -> 13.4 / 8.4, two 16.8 / 11.9 -> 26.6 / 16.3.
+    // Long rows keep tiles of 4 (12288×7168 at T = 4 ran at 0.8× in pairs), and so do T > 8:
+    // at T = 16 pairs gained little from DRAM (4.5 -> 4.8) and lost a quarter on weights in
+    // cache (the start-up MatMul peak probe, 128×1024 at T = 16: 206 -> 157 GFLOP/s).
     for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 2>(w, rows, cols, x, T, y, r);
   } else {
     for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 4>(w, rows, cols, x, T, y, r);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "k3run/ops/math.h"
 #include "k3run/ops/mla.h"  // Softmax
 
 namespace k3::ops {
@@ -11,8 +12,8 @@ void FoldAttnRes(const float* norm, const float* proj, int64_t E, float* fold) {
   for (int64_t i = 0; i < E; ++i) fold[i] = norm[i] * proj[i];
 }
 
-void AttnRes(const float* const* sources, int64_t m, const float* fold, int64_t E, float eps,
-             float* out) {
+K3_ELEMENTWISE_CLONES void AttnRes(const float* const* sources, int64_t m, const float* fold,
+                                   int64_t E, float eps, float* out) {
   std::vector<float> p(static_cast<size_t>(m));
   for (int64_t k = 0; k < m; ++k) {
     const float* s = sources[k];

@@ -4,8 +4,8 @@
 
 namespace k3::ops {
 
-void ShortConv(const float* x, int64_t T, int64_t C, int64_t K, const float* w, float* hist,
-               float* y) {
+K3_ELEMENTWISE_CLONES void ShortConv(const float* x, int64_t T, int64_t C, int64_t K,
+                                     const float* w, float* hist, float* y) {
   const int64_t H = K - 1;  // history length
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t c = 0; c < C; ++c) {

@@ -86,36 +86,36 @@ void KdaAttend(const KdaWeights& w, const Dims& d, int64_t first, int64_t n, Kda
   ShortConv(v, n, P, K, w.v_conv.data(), st->hist_v.data(), v);
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(D));  // fp32(1/sqrtf(D))
-  std::vector<float> g(static_cast<size_t>(P)), alpha(static_cast<size_t>(P));
-  for (int64_t t = 0; t < n; ++t) {
-    float* qt = q + t * P;
-    float* kt = k + t * P;
-    // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), so
-    // they run on the compute threads; each head's arithmetic is the same on any thread.
-    kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
-      const int64_t c0 = h * D;
+  // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), so
+  // each compute thread takes whole heads through all n rows: one fork/join per call, not per
+  // row. Each head's arithmetic, row by row in order, is the same on any thread.
+  kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
+    const int64_t c0 = h * D;
+    std::vector<float> g(static_cast<size_t>(D)), alpha(static_cast<size_t>(D));
+    for (int64_t t = 0; t < n; ++t) {
+      float* qt = q + t * P;
+      float* kt = k + t * P;
       // 3. per-head L2 norm of q and k; q pre-scaled for the recurrence
       L2Norm(qt + c0, D);
       L2Norm(kt + c0, D);
       for (int64_t i = c0; i < c0 + D; ++i) qt[i] = qt[i] * q_scale;
       // 5. decay for this token and head
       KdaDecay(z + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D, d.gate_lb,
-               g.data() + c0, alpha.data() + c0);
+               g.data(), alpha.data());
       const float beta = Sigmoid(b[t * H + h]);  // 4. β per head
       if (records != nullptr) {
-        RecordHead(records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, alpha.data() + c0,
-                   beta);
+        RecordHead(records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, alpha.data(), beta);
       }
       // 6. recurrence, sequential over t
       float* oh = o + t * P + c0;
       KdaRecurrenceStep(st->S.data() + h * D * D, qt + c0, kt + c0, v + t * P + c0,
-                        alpha.data() + c0, beta, D, oh);
+                        alpha.data(), beta, D, oh);
       // 7. head-wise RMSNorm, then 8. sigmoid gate (norm FIRST)
       RmsNorm(oh, w.o_norm.data(), D, d.rms_eps, oh);
       const float* gh = gate + t * P + c0;
       for (int64_t j = 0; j < D; ++j) oh[j] = oh[j] * Sigmoid(gh[j]);
-    });
-  }
+    }
+  });
 }
 
 void KdaOutput(const KdaWeights& w, const KdaRows& r, float* out) {

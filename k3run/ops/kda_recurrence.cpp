@@ -30,7 +30,7 @@ size_t KdaState::Floats() const {
   return n;
 }
 
-void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t H, int64_t D,
+K3_ELEMENTWISE_CLONES void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t H, int64_t D,
               float lb, float* g, float* alpha) {
   for (int64_t h = 0; h < H; ++h) {
     const float rate = Exp(A_log[h]);  // A_log is per HEAD (MODEL.md §3.4 step 5)
@@ -55,7 +55,7 @@ std::vector<float>& Residual(int64_t D) {
 
 }  // namespace
 
-void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
+K3_ELEMENTWISE_CLONES void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
                        const float* alpha, float beta, int64_t D, float* o) {
   float* u = o;  // o doubles as the scratch for u = Sᵀk (no allocation per head and token)
   for (int64_t j = 0; j < D; ++j) u[j] = 0.0f;

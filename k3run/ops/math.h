@@ -28,6 +28,20 @@
 #include <bit>
 #include <cstdint>
 
+// K3_ELEMENTWISE_CLONES on an operator's definition compiles it three times (AVX-512F, AVX2 and
+// the baseline) and picks the copy for the CPU when the program loads (GCC target_clones, an
+// ifunc). Only for element-wise loops: each copy performs the same IEEE operations on each
+// element, only more elements per instruction (no fusing: -ffp-contract=off; no reassociation:
+// no -ffast-math), so every copy gives the same bits and K3_ISA does not need to choose among
+// them (tests/k3run/ops/math_test.cpp compares each cloned operator with an element-by-element
+// evaluation). Hot under batching and prefill: SiTU-GLU, the KDA recurrence and short conv were
+// 4-wide SSE2 loops.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define K3_ELEMENTWISE_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#else
+#define K3_ELEMENTWISE_CLONES
+#endif
+
 namespace k3::ops {
 
 namespace math_internal {

@@ -13,7 +13,11 @@
 #include <vector>
 
 #include "k3run/ops/activation.h"
+#include "k3run/ops/attnres.h"
+#include "k3run/ops/conv.h"
+#include "k3run/ops/kda.h"
 #include "k3run/ops/math.h"
+#include "k3run/ops/mla.h"  // Softmax
 
 namespace k3::ops {
 namespace {
@@ -298,6 +302,117 @@ TEST(MathBitIdentity, SituGluLoopEqualsElementByElement) {
     ASSERT_EQ(Bits(in_place[i]), Bits(want[i])) << "y == gate, element " << i;
     ASSERT_EQ(Bits(shifted[i]), Bits(want[i])) << "start at 1, element " << i;
   }
+}
+
+// ---- The other cloned operators (K3_ELEMENTWISE_CLONES) == element by element ---------------
+// References written from MODEL.md's order, one element at a time, with GCC's vectoriser off for
+// them: the copy of the operator the CPU runs (AVX-512F here when the CPU has it) must give their
+// bits.
+#define K3_SCALAR_ONLY __attribute__((optimize("no-tree-vectorize"), noinline))
+
+K3_SCALAR_ONLY void KdaStepOne(std::vector<float>& S, const std::vector<float>& q,
+                               const std::vector<float>& k, const std::vector<float>& v,
+                               const std::vector<float>& alpha, float beta, int64_t D,
+                               std::vector<float>& o) {
+  std::vector<float> u(static_cast<size_t>(D), 0.0f);
+  for (int64_t i = 0; i < D; ++i) {
+    for (int64_t j = 0; j < D; ++j) S[i * D + j] = alpha[i] * S[i * D + j];
+    for (int64_t j = 0; j < D; ++j) u[j] = u[j] + k[i] * S[i * D + j];
+  }
+  std::vector<float> r(static_cast<size_t>(D));
+  for (int64_t j = 0; j < D; ++j) r[j] = v[j] - u[j];
+  for (int64_t j = 0; j < D; ++j) o[j] = 0.0f;
+  for (int64_t i = 0; i < D; ++i) {
+    const float kb = k[i] * beta;
+    for (int64_t j = 0; j < D; ++j) S[i * D + j] = S[i * D + j] + kb * r[j];
+    for (int64_t j = 0; j < D; ++j) o[j] = o[j] + q[i] * S[i * D + j];
+  }
+}
+
+TEST(MathBitIdentity, KdaRecurrenceStepEqualsElementByElement) {
+  for (int64_t D : {128, 37}) {  // the released head dim, and one no vector width divides
+    std::vector<float> S = RandomActivations(static_cast<size_t>(D * D), 3, 0.5f);
+    for (float& x : S) x = std::isfinite(x) ? x : 0.5f;  // a state, not the edge values
+    std::vector<float> S_ref = S, o(static_cast<size_t>(D)), o_ref(static_cast<size_t>(D));
+    std::vector<float> q = RandomActivations(static_cast<size_t>(D), 4, 0.1f);
+    std::vector<float> k = RandomActivations(static_cast<size_t>(D), 5, 0.1f);
+    const std::vector<float> v = RandomActivations(static_cast<size_t>(D), 6, 1.0f);
+    std::vector<float> alpha(static_cast<size_t>(D));
+    for (int64_t i = 0; i < D; ++i) alpha[i] = 0.5f + 0.5f / static_cast<float>(i + 1);
+    for (int step = 0; step < 3; ++step) {  // the state carries from step to step
+      KdaRecurrenceStep(S.data(), q.data(), k.data(), v.data(), alpha.data(), 0.75f, D, o.data());
+      KdaStepOne(S_ref, q, k, v, alpha, 0.75f, D, o_ref);
+      for (int64_t i = 0; i < D * D; ++i) {
+        ASSERT_EQ(Bits(S[i]), Bits(S_ref[i])) << "D " << D << " step " << step << " S[" << i << "]";
+      }
+      for (int64_t j = 0; j < D; ++j) {
+        ASSERT_EQ(Bits(o[j]), Bits(o_ref[j])) << "D " << D << " step " << step << " o[" << j << "]";
+      }
+    }
+  }
+}
+
+K3_SCALAR_ONLY void ShortConvOne(const std::vector<float>& x, int64_t T, int64_t C, int64_t K,
+                                 const std::vector<float>& w, std::vector<float>& hist,
+                                 std::vector<float>& y) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      float* h = hist.data() + c * (K - 1);
+      float acc = w[c * K + K - 1] * x[t * C + c];
+      for (int64_t j = 0; j < K - 1; ++j) acc += w[c * K + j] * h[j];
+      for (int64_t j = 0; j + 1 < K - 1; ++j) h[j] = h[j + 1];
+      h[K - 2] = x[t * C + c];
+      y[t * C + c] = acc * sigmoid_one(acc);
+    }
+  }
+}
+
+TEST(MathBitIdentity, ShortConvEqualsElementByElement) {
+  constexpr int64_t T = 3, C = 131, K = 4;
+  const std::vector<float> x = RandomActivations(static_cast<size_t>(T * C), 7, 2.0f);
+  const std::vector<float> w = RandomActivations(static_cast<size_t>(C * K), 8, 0.5f);
+  std::vector<float> hist = RandomActivations(static_cast<size_t>(C * (K - 1)), 9, 1.0f);
+  std::vector<float> hist_ref = hist, y(static_cast<size_t>(T * C)), want(static_cast<size_t>(T * C));
+  ShortConv(x.data(), T, C, K, w.data(), hist.data(), y.data());
+  ShortConvOne(x, T, C, K, w, hist_ref, want);
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(Bits(y[i]), Bits(want[i])) << "y[" << i << "]";
+  for (size_t i = 0; i < hist.size(); ++i) ASSERT_EQ(Bits(hist[i]), Bits(hist_ref[i])) << i;
+}
+
+K3_SCALAR_ONLY void AttnResOne(const std::vector<std::vector<float>>& src,
+                               const std::vector<float>& fold, int64_t E, float eps,
+                               std::vector<float>& out) {
+  const auto m = static_cast<int64_t>(src.size());
+  std::vector<float> p(static_cast<size_t>(m));
+  for (int64_t k = 0; k < m; ++k) {
+    double ss = 0.0, dot = 0.0;
+    for (int64_t i = 0; i < E; ++i) ss += double(src[k][i]) * double(src[k][i]);
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / double(E) + double(eps)));
+    for (int64_t i = 0; i < E; ++i) dot += double(src[k][i] * inv) * double(fold[i]);
+    p[k] = static_cast<float>(dot);
+  }
+  Softmax(p.data(), m, p.data());
+  for (int64_t i = 0; i < E; ++i) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < m; ++k) acc = acc + p[k] * src[k][i];
+    out[i] = acc;
+  }
+}
+
+TEST(MathBitIdentity, AttnResEqualsElementByElement) {
+  constexpr int64_t m = 5, E = 99;
+  std::vector<std::vector<float>> src;
+  std::vector<const float*> ptr;
+  for (int64_t k = 0; k < m; ++k) {
+    src.push_back(RandomActivations(static_cast<size_t>(E), 10 + static_cast<uint32_t>(k), 1.0f));
+    for (float& x : src.back()) x = std::isfinite(x) && std::fabs(x) < 1e6f ? x : 1.0f;
+    ptr.push_back(src.back().data());
+  }
+  const std::vector<float> fold = RandomActivations(static_cast<size_t>(E), 20, 0.2f);
+  std::vector<float> out(static_cast<size_t>(E)), want(static_cast<size_t>(E));
+  AttnRes(ptr.data(), m, fold.data(), E, 1e-6f, out.data());
+  AttnResOne(src, fold, E, 1e-6f, want);
+  for (int64_t i = 0; i < E; ++i) ASSERT_EQ(Bits(out[i]), Bits(want[i])) << "out[" << i << "]";
 }
 
 }  // namespace

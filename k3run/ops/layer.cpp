@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "k3run/kernels/thread_pool.h"
 #include "k3run/ops/attnres.h"
 #include "k3run/ops/glu.h"
 #include "k3run/ops/norm.h"
@@ -22,17 +23,18 @@ BlockStack BlockStack::Make(int64_t T, int64_t hidden, int64_t capacity) {
 
 namespace {
 
-// h_t ← AttnRes([blocks_t…, prefix_t]) for every token.
+// h_t ← AttnRes([blocks_t…, prefix_t]) for every token; rows are independent, so they run on
+// the compute threads (each row computed by one thread, the same way on any).
 void Aggregate(const BlockStack& blocks, const float* prefix, const Vec& norm, const Vec& proj,
                float eps, int64_t E, int64_t T, float* h) {
   std::vector<float> fold(static_cast<size_t>(E));
   FoldAttnRes(norm.data(), proj.data(), E, fold.data());
-  std::vector<const float*> src(static_cast<size_t>(blocks.count + 1));
-  for (int64_t t = 0; t < T; ++t) {
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
+    std::vector<const float*> src(static_cast<size_t>(blocks.count + 1));
     for (int64_t k = 0; k < blocks.count; ++k) src[static_cast<size_t>(k)] = blocks.at(t, k);
     src[static_cast<size_t>(blocks.count)] = prefix + t * E;
     AttnRes(src.data(), blocks.count + 1, fold.data(), E, eps, h + t * E);
-  }
+  });
 }
 
 }  // namespace

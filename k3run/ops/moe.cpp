@@ -22,10 +22,10 @@ Routing Route(const MoeWeights& w, const Dims& d, const float* x, int64_t T) {
   // row's selection
   std::vector<double> logits(static_cast<size_t>(T * d.n_experts));
   kernels::RouterLogitsRows(w.gate, x, T, logits.data());
-  for (int64_t t = 0; t < T; ++t) {
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
     SelectExperts(logits.data() + t * d.n_experts, w.score_bias.data(), d,
                   r.idx.data() + t * d.topk, r.weight.data() + t * d.topk);
-  }
+  });
   return r;
 }
 

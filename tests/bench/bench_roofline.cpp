@@ -53,6 +53,7 @@
 #include "common/sysinfo.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/kernels/thread_pool.h"
+#include "tests/support/yardsticks.h"
 
 namespace k3::kernels {
 namespace {
@@ -69,111 +70,9 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// ---- yardsticks ----
-double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes) {
-  const int64_t n = static_cast<int64_t>(mem.size()) / 16;  // 128-byte steps
-  const int64_t chunks = 16 * threads;
-  std::vector<uint64_t> part(static_cast<size_t>(chunks));
-  const __m128i* base = reinterpret_cast<const __m128i*>(mem.data());
-  auto pass = [&] {
-    ParallelChunks(threads, chunks, [&](int64_t c) {
-      __m128i a[8];
-      for (__m128i& v : a) v = _mm_setzero_si128();
-      for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
-        const __m128i* q = base + 8 * i;
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) a[k] = _mm_xor_si128(a[k], _mm_load_si128(q + k));
-      }
-      for (int k = 1; k < 8; ++k) a[0] = _mm_xor_si128(a[0], a[k]);
-      part[static_cast<size_t>(c)] = static_cast<uint64_t>(_mm_cvtsi128_si64(a[0]));
-    });
-  };
-  pass();  // warm-up: worker start, TLB
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    const auto t0 = Clock::now();
-    pass();
-    best = std::max(best, static_cast<double>(mem.size() * 8) / Since(t0) / 1e9);
-  }
-  uint64_t sink = 0;
-  for (uint64_t v : part) sink ^= v;
-  benchmark::DoNotOptimize(sink);
-  return best;
-}
-
-constexpr int64_t kFmaIters = int64_t{1} << 18;
-volatile float g_m = 0.9999f;
-volatile float g_c = 1e-4f;
-
-float FmaChainsScalar(int64_t iters, float m, float c) {
-  float a[16];
-  for (int k = 0; k < 16; ++k) a[k] = 0.001f * static_cast<float>(k);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; ++k) a[k] = std::fmaf(a[k], m, c);
-  }
-  float s = 0;
-  for (float v : a) s += v;
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters, float m, float c) {
-  constexpr int kChains = 12;
-  __m256 a[kChains];
-  for (int k = 0; k < kChains; ++k) a[k] = _mm256_set1_ps(0.001f * static_cast<float>(k));
-  const __m256 mv = _mm256_set1_ps(m), cv = _mm256_set1_ps(c);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < kChains; ++k) a[k] = _mm256_fmadd_ps(a[k], mv, cv);
-  }
-  for (int k = 1; k < kChains; ++k) a[0] = _mm256_add_ps(a[0], a[k]);
-  return _mm256_cvtss_f32(a[0]);
-}
-
-__attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters, float m, float c) {
-  constexpr int kChains = 16;
-  __m512 a[kChains];
-  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_ps(0.001f * static_cast<float>(k));
-  const __m512 mv = _mm512_set1_ps(m), cv = _mm512_set1_ps(c);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < kChains; ++k) a[k] = _mm512_fmadd_ps(a[k], mv, cv);
-  }
-  for (int k = 1; k < kChains; ++k) a[0] = _mm512_add_ps(a[0], a[k]);
-  return _mm512_cvtss_f32(a[0]);
-}
-
-// G lane-FMA/s of `isa` on `threads` threads, best of `passes`.
-double FmaPeakG(Isa isa, int threads, int passes) {
-  const int64_t iters = isa == Isa::kScalar ? kFmaIters / 8 : kFmaIters;
-  const double per_call = static_cast<double>(iters) *
-                          (isa == Isa::kScalar ? 16.0 : isa == Isa::kAvx2 ? 96.0 : 256.0);
-  const int64_t chunks = 4 * threads;
-  std::vector<float> part(static_cast<size_t>(chunks));
-  const float m = g_m, c = g_c;
-  auto pass = [&] {
-    ParallelChunks(threads, chunks, [&](int64_t k) {
-      float v = 0;
-      switch (isa) {
-        case Isa::kScalar: v = FmaChainsScalar(iters, m, c); break;
-        case Isa::kAvx2: v = FmaChainsAvx2(iters, m, c); break;
-        case Isa::kAvx512: v = FmaChainsAvx512(iters, m, c); break;
-      }
-      part[static_cast<size_t>(k)] = v;
-    });
-  };
-  pass();
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    const auto t0 = Clock::now();
-    pass();
-    best = std::max(best, static_cast<double>(chunks) * per_call / Since(t0) / 1e9);
-  }
-  float sink = 0;
-  for (float v : part) sink += v;
-  benchmark::DoNotOptimize(sink);
-  return best;
-}
+// ---- yardsticks (tests/support/yardsticks.h) ----
+using testing::FmaPeakG;
+using testing::ReadGBs;
 
 std::map<int, double> g_read_gbs;                  // threads → GB/s
 std::map<std::pair<Isa, int>, double> g_fma_g;     // (isa, threads) → G lane-FMA/s

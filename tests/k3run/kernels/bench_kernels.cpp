@@ -58,6 +58,7 @@
 #include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
 #include "k3run/kernels/transposed.h"
+#include "tests/support/yardsticks.h"
 
 namespace k3::kernels {
 namespace {
@@ -70,136 +71,7 @@ constexpr double kTargetMxfp4Share = 0.70;       // MXFP4 matvec, T = 1: of its 
 int g_threads = 2;
 int g_yardstick_passes = 5;
 
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// ---- yardsticks ----
-// Memory: the kernels' threads (ParallelChunks, as MatMul uses) XOR-reduce a 1 GiB buffer in
-// 16-byte loads, 8 independent accumulators per thread. Returns the best pass in GB/s.
-double MemoryReadGBs(const std::vector<uint64_t>& mem, int passes) {
-  const int64_t n = static_cast<int64_t>(mem.size()) / 16;  // 128-byte steps
-  const int64_t chunks = 16 * g_threads;
-  std::vector<uint64_t> part(static_cast<size_t>(chunks));
-  const __m128i* base = reinterpret_cast<const __m128i*>(mem.data());
-  auto pass = [&] {
-    ParallelChunks(g_threads, chunks, [&](int64_t c) {
-      __m128i a[8];
-      for (__m128i& v : a) v = _mm_setzero_si128();
-      for (int64_t i = n * c / chunks; i < n * (c + 1) / chunks; ++i) {
-        const __m128i* q = base + 8 * i;
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) a[k] = _mm_xor_si128(a[k], _mm_load_si128(q + k));
-      }
-      for (int k = 1; k < 8; ++k) a[0] = _mm_xor_si128(a[0], a[k]);
-      part[static_cast<size_t>(c)] = static_cast<uint64_t>(_mm_cvtsi128_si64(a[0])) ^
-                                     static_cast<uint64_t>(_mm_extract_epi16(a[0], 4));
-    });
-  };
-  pass();  // warm-up: worker start, TLB
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    const auto t0 = Clock::now();
-    pass();
-    best = std::max(best, static_cast<double>(mem.size() * 8) / Since(t0) / 1e9);
-  }
-  uint64_t sink = 0;
-  for (uint64_t v : part) sink ^= v;
-  benchmark::DoNotOptimize(sink);
-  return best;
-}
-
-// FMA chains: a = a·m + c on independent accumulators that stay in registers. m and c come from
-// outside (volatile) so nothing folds; |m| < 1 keeps the values finite and normal. Each call
-// runs `iters` × chains × lanes lane-FMAs.
-constexpr int64_t kFmaItersPerChunk = int64_t{1} << 19;
-volatile float g_m = 0.9999f;
-volatile float g_c = 1e-4f;
-
-float FmaChainsScalar(int64_t iters, float m, float c) {
-  // As the scalar path does them: std::fmaf on an array of 16 lanes (this file, like
-  // matmul_scalar.cpp, is compiled without -mfma, so each is a libm call).
-  float a[16];
-  for (int k = 0; k < 16; ++k) a[k] = 0.001f * static_cast<float>(k);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; ++k) a[k] = std::fmaf(a[k], m, c);
-  }
-  float s = 0;
-  for (float v : a) s += v;
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters, float m, float c) {
-  constexpr int kChains = 12;  // ≥ latency × pipes on current cores; 12 + 2 of 16 ymm registers
-  __m256 a[kChains];
-  for (int k = 0; k < kChains; ++k) a[k] = _mm256_set1_ps(0.001f * static_cast<float>(k));
-  const __m256 mv = _mm256_set1_ps(m), cv = _mm256_set1_ps(c);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < kChains; ++k) a[k] = _mm256_fmadd_ps(a[k], mv, cv);
-  }
-  for (int k = 1; k < kChains; ++k) a[0] = _mm256_add_ps(a[0], a[k]);
-  return _mm256_cvtss_f32(a[0]);
-}
-
-__attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters, float m, float c) {
-  constexpr int kChains = 16;  // 16 + 2 of 32 zmm registers
-  __m512 a[kChains];
-  for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_ps(0.001f * static_cast<float>(k));
-  const __m512 mv = _mm512_set1_ps(m), cv = _mm512_set1_ps(c);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int k = 0; k < kChains; ++k) a[k] = _mm512_fmadd_ps(a[k], mv, cv);
-  }
-  for (int k = 1; k < kChains; ++k) a[0] = _mm512_add_ps(a[0], a[k]);
-  return _mm512_cvtss_f32(a[0]);
-}
-
-// Lane-FMAs per call of the chain function of `isa`, and the call.
-double FmaPerCall(Isa isa, int64_t iters) {
-  switch (isa) {
-    case Isa::kScalar: return 16.0 * static_cast<double>(iters);
-    case Isa::kAvx2: return 12.0 * 8 * static_cast<double>(iters);
-    case Isa::kAvx512: return 16.0 * 16 * static_cast<double>(iters);
-  }
-  return 0;
-}
-float FmaChains(Isa isa, int64_t iters, float m, float c) {
-  switch (isa) {
-    case Isa::kScalar: return FmaChainsScalar(iters, m, c);
-    case Isa::kAvx2: return FmaChainsAvx2(iters, m, c);
-    case Isa::kAvx512: return FmaChainsAvx512(iters, m, c);
-  }
-  return 0;
-}
-
-// G lane-FMA/s of `isa` on g_threads threads (ParallelChunks), best of `passes`.
-double FmaPeakG(Isa isa, int passes) {
-  // The scalar chains are libm calls, ~10× slower per lane: fewer of them per chunk.
-  const int64_t iters = isa == Isa::kScalar ? kFmaItersPerChunk / 8 : kFmaItersPerChunk;
-  const int64_t chunks = 4 * g_threads;
-  std::vector<float> part(static_cast<size_t>(chunks));
-  const float m = g_m, c = g_c;
-  auto pass = [&] {
-    ParallelChunks(g_threads, chunks, [&](int64_t k) {
-      part[static_cast<size_t>(k)] = FmaChains(isa, iters, m, c);
-    });
-  };
-  pass();
-  double best = 0;
-  for (int p = 0; p < passes; ++p) {
-    const auto t0 = Clock::now();
-    pass();
-    best = std::max(best, static_cast<double>(chunks) * FmaPerCall(isa, iters) / Since(t0) / 1e9);
-  }
-  float sink = 0;
-  for (float v : part) sink += v;
-  benchmark::DoNotOptimize(sink);
-  return best;
-}
-
+// ---- yardsticks (tests/support/yardsticks.h: read bandwidth, FMA peak per path) ----
 struct Yardsticks {
   double mem_gbs = 0;
   std::map<Isa, double> fma_g;  // G lane-FMA/s per path
@@ -207,8 +79,8 @@ struct Yardsticks {
 
 Yardsticks MeasureYardsticks(const std::vector<uint64_t>& mem, const std::vector<Isa>& isas) {
   Yardsticks y;
-  y.mem_gbs = MemoryReadGBs(mem, g_yardstick_passes);
-  for (Isa isa : isas) y.fma_g[isa] = FmaPeakG(isa, g_yardstick_passes);
+  y.mem_gbs = testing::ReadGBs(mem, g_threads, g_yardstick_passes);
+  for (Isa isa : isas) y.fma_g[isa] = testing::FmaPeakG(isa, g_threads, g_yardstick_passes);
   return y;
 }
 

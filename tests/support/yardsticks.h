@@ -1,0 +1,23 @@
+// The yardsticks the kernel benchmarks (k3_bench_kernels, k3_bench_roofline) measure kernels
+// against, in the same run, on this machine: a STREAM-like read bandwidth and the fp32 FMA peak
+// of each ISA path. Both run on the kernels' own compute threads (kernels::ParallelChunks, as
+// MatMul uses) and return the best of `passes` timed passes after one warm-up pass.
+//
+// Read: `threads` threads XOR-reduce `mem` in 16-byte loads, 8 independent accumulators each
+// (make `mem` several times the last-level cache so every pass comes from DRAM). GB/s.
+// FMA: `threads` threads run independent fp32 FMA chains held in registers (scalar: std::fmaf
+// on 16 lanes, as the scalar MatMul path calls it; avx2: 12 ymm chains; avx512: 16 zmm chains);
+// G lane-FMA/s. The caller checks kernels::IsaSupported(isa) first.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "k3run/kernels/matmul.h"
+
+namespace k3::testing {
+
+double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes);
+double FmaPeakG(kernels::Isa isa, int threads, int passes);
+
+}  // namespace k3::testing

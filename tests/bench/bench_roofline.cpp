@@ -235,15 +235,12 @@ int main(int argc, char** argv) {
     } else if (std::strncmp(argv[i], "--passes=", 9) == 0) {
       g_passes = std::atoi(argv[i] + 9);
     } else if (std::strncmp(argv[i], "--isa=", 6) == 0) {
-      std::string list = std::string(argv[i] + 6) + ",";
-      for (size_t p = 0, q; (q = list.find(',', p)) != std::string::npos; p = q + 1) {
-        k3::Result<Isa> isa = ResolveIsaRequest(list.substr(p, q - p), k3::DetectCpu());
-        if (!isa.ok()) {
-          std::fprintf(stderr, "error: --isa: %s\n", isa.status().message().c_str());
-          return 2;
-        }
-        isas.push_back(*isa);
+      k3::Result<std::vector<Isa>> parsed = k3::testing::ParseIsaList(argv[i] + 6);
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "error: --isa: %s\n", parsed.status().message().c_str());
+        return 2;
       }
+      isas = *parsed;
     } else {
       if (std::strncmp(argv[i], "--benchmark_min_time", 20) == 0) min_time_given = true;
       rest.push_back(argv[i]);

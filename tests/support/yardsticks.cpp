@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/sysinfo.h"
 #include "k3run/kernels/thread_pool.h"
 
 namespace k3::testing {
@@ -137,6 +138,16 @@ double FmaPeakG(Isa isa, int threads, int passes) {
   for (float v : part) sink += v;
   g_fma_sink = sink;
   return rate;
+}
+
+Result<std::vector<Isa>> ParseIsaList(const std::string& list) {
+  std::vector<Isa> isas;
+  const std::string items = list + ",";
+  for (size_t p = 0, q; (q = items.find(',', p)) != std::string::npos; p = q + 1) {
+    K3_ASSIGN_OR_RETURN(Isa isa, kernels::ResolveIsaRequest(items.substr(p, q - p), DetectCpu()));
+    isas.push_back(isa);
+  }
+  return isas;
 }
 
 }  // namespace k3::testing

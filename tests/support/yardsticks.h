@@ -13,11 +13,18 @@
 #include <cstdint>
 #include <vector>
 
+#include <string>
+
+#include "common/status.h"
 #include "k3run/kernels/matmul.h"
 
 namespace k3::testing {
 
 double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes);
 double FmaPeakG(kernels::Isa isa, int threads, int passes);
+
+// The benchmarks' --isa=LIST: comma-separated path names, each resolved against this CPU
+// (kernels::ResolveIsaRequest); the first bad name's error.
+Result<std::vector<kernels::Isa>> ParseIsaList(const std::string& list);
 
 }  // namespace k3::testing

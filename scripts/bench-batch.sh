@@ -8,7 +8,9 @@
 # passes of decode rows only (what batching saves once prompts are in), with decode tok/s and
 # time ÷ the own-rate floor (the bytes needed at the rate the reader achieved while busy), decode
 # tok/s against the first count's, and where a decode pass's time went (k3run's split: routed
-# experts' compute, the rest of the trunk, attention, waits for weights).
+# experts' compute, the rest of the trunk, attention, waits for weights) and its time over its
+# roofline floor (the weight bytes it multiplies at the probed memory bandwidth, or its FLOPs at
+# the probed matmul peak, whichever is larger; k3run's batch report decode.roofline_floor).
 #
 # usage: scripts/bench-batch.sh --prepared DIR [--build DIR] [--seqs 1,2,4,8,16]
 #                               [--prompt-len N] [--gen N] [--threads N] [--work DIR]
@@ -61,7 +63,7 @@ for line in range(s):
     > "$work/batch-$s.jsonl"
   echo "== $s sequences: k3run --batch --max-seqs $s --threads $threads ${extra[*]}" >&2
   "$k3run" "$prepared" --batch "$work/batch-$s.jsonl" --max-seqs "$s" --threads "$threads" \
-    --ignore-eos --no-floor --quiet --out "$work/batch-$s.json" "${extra[@]}" \
+    --ignore-eos --quiet --out "$work/batch-$s.json" "${extra[@]}" \
     > "$work/batch-$s.out"
 done
 
@@ -71,8 +73,9 @@ work, seqs = sys.argv[1], sys.argv[2].split(",")
 print("| sequences | passes | rows/pass (mean, max) | generated tokens | aggregate tok/s | "
       "MB read per generated token | fewer than " + seqs[0] + " | decode passes | decode MB per "
       "token | decode: fewer than " + seqs[0] + " | decode tok/s | decode tok/s ÷ " + seqs[0] +
-      "'s | decode time ÷ own-rate floor | decode pass ms: experts, trunk, attention, waits |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "'s | decode time ÷ own-rate floor | decode pass ms: experts, trunk, attention, waits | "
+      "decode pass ÷ roofline floor (ms, bound) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 tbase = None
 base = dbase = None
 for s in seqs:
@@ -92,5 +95,7 @@ for s in seqs:
           f"{base / bpt:.2f}x | {d['passes']} | {dbpt / 1e6:.3f} | {dbase / dbpt:.2f}x | "
           f"{tps if tps is None else round(tps, 2)} | "
           f"{'-' if not tps or not tbase else f'{tps / tbase:.2f}x'} | "
-          f"{fl if fl is None else round(fl, 2)} | {parts} |")
+          f"{fl if fl is None else round(fl, 2)} | {parts} | "
+          + (f"{rf['time_over_floor']:.2f} ({rf['floor_s'] * 1e3:.1f}, {rf['bound']})"
+             if (rf := d.get("roofline_floor")) else "-") + " |")
 PY

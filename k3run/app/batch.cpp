@@ -195,6 +195,36 @@ struct Totals {
   int64_t pass_rows = 0;
 };
 
+// A decode pass's roofline floor (null without the start-up probes): the weight bytes it
+// multiplies (the trunk and lm_head, and its distinct routed experts) at the probed memory
+// bandwidth, and its multiply-adds (PassMultiplyAdds per row, each row attending one position:
+// a lower bound) at the probed matmul peak (16 activation rows); the floor is the larger. What
+// "decode tok/s at N sequences" can reach on this machine under the numerics contract.
+json DecodeFloorJson(const Engine& engine, const BatchContext& ctx, const SchedulerStats& st) {
+  if (!ctx.bandwidths || st.decode_passes == 0) return nullptr;
+  const Bandwidths& b = *ctx.bandwidths;
+  if (b.memory_bytes_per_s <= 0 || b.kernel_matmul_flops_per_s <= 0) return nullptr;
+  const double passes = static_cast<double>(st.decode_passes);
+  const double rows = static_cast<double>(st.decode_rows) / passes;
+  const double experts = static_cast<double>(st.decode_experts_routed) / passes;
+  const double bytes = static_cast<double>(ctx.pass_weights.weights_used) +
+                       experts * static_cast<double>(ctx.pass_weights.expert_record);
+  const double flops = 2.0 * rows * PassMultiplyAdds(engine, 1, 0, 1);
+  const double memory_s = bytes / b.memory_bytes_per_s;
+  const double compute_s = flops / b.kernel_matmul_flops_per_s;
+  const double floor_s = std::max(memory_s, compute_s);
+  return json{{"weight_bytes", bytes},
+              {"distinct_experts", experts},
+              {"flops", flops},
+              {"memory_bytes_per_s", b.memory_bytes_per_s},
+              {"peak_flops_per_s", b.kernel_matmul_flops_per_s},
+              {"memory_s", memory_s},
+              {"compute_s", compute_s},
+              {"floor_s", floor_s},
+              {"bound", memory_s >= compute_s ? "memory" : "compute"},
+              {"time_over_floor", st.decode_seconds / passes / floor_s}};
+}
+
 std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchContext& ctx,
                        const std::vector<Member>& members, const Totals& t, bool interrupted) {
   const SchedulerStats& st = t.stats;
@@ -243,6 +273,7 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
   for (const auto& [name, seconds] : PassSplit(st.decode_times, dpasses)) {
     r["decode"]["split_seconds_per_pass"][name] = seconds;
   }
+  r["decode"]["roofline_floor"] = DecodeFloorJson(engine, ctx, st);
   r["tokens_per_second"] = t.seconds > 0 ? static_cast<double>(st.generated) / t.seconds : 0.0;
   if (o.spec > 0) {
     // As a prompt run's "speculation" (report.cpp SpeculationJson), over every sequence.
@@ -468,7 +499,24 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
     K3_RETURN_IF_ERROR(WriteFileAtomic(ctx.env, o.out,
                                        ReportJson(*engine, o, ctx, members, t, interrupted)));
   }
-  if (ctx.lines) LogInfo(SummaryLine(t, inputs.size(), so.spec));
+  if (ctx.lines) {
+    LogInfo(SummaryLine(t, inputs.size(), so.spec));
+    const json floor = DecodeFloorJson(*engine, ctx, t.stats);
+    if (!floor.is_null()) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "decode pass: %.1f ms for %.2f rows; roofline floor %.1f ms (%s-bound: "
+                    "memory %.1f, compute %.1f); time / floor %.2f",
+                    t.stats.decode_seconds / static_cast<double>(t.stats.decode_passes) * 1e3,
+                    static_cast<double>(t.stats.decode_rows) /
+                        static_cast<double>(t.stats.decode_passes),
+                    floor["floor_s"].get<double>() * 1e3,
+                    floor["bound"].get<std::string>().c_str(),
+                    floor["memory_s"].get<double>() * 1e3, floor["compute_s"].get<double>() * 1e3,
+                    floor["time_over_floor"].get<double>());
+      LogInfo(line);
+    }
+  }
   return Verdict(*engine, members);
 }
 

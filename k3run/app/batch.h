@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "common/status.h"
 #include "k3run/app/batch_input.h"
 #include "k3run/app/cli.h"
+#include "k3run/app/floor.h"
 #include "k3run/engine/session.h"
 #include "k3run/engine/vision_encoder.h"
 
@@ -78,6 +80,10 @@ struct BatchContext {
   std::function<Result<std::shared_ptr<TokenConstraint>>()> make_constraint;
   // Lines with images: the tower (ResolveBatchImages), run at each line's admission.
   VisionEncoder* vision = nullptr;
+  // The decode passes' roofline floor in the report: the start-up probes (none with
+  // --no-floor: the floor is null) and what a pass multiplies.
+  std::optional<Bandwidths> bandwidths;
+  PassWeights pass_weights;
 };
 
 // Runs every input on a planned and loaded engine; writes the output lines, the dumps and the

@@ -729,15 +729,9 @@ RunReport BuildReport(const Engine& engine, const RunOptions& o, kernels::Isa is
     r.reader_backend = std::string(sw->reader_backend());
   }
   r.bandwidths = bandwidths;
-  for (const prepared::TrunkRun& t : prepared.manifest.runs) {
-    if (t.layer < engine.layers()) r.weights_used_per_pass += t.length;
-  }
-  if (const prepared::Region* lm = prepared.manifest.FindRegion(prepared::kLmHeadName)) {
-    r.weights_used_per_pass += lm->length;
-  }
-  for (const prepared::ExpertRecord& rec : prepared.experts.records) {
-    r.expert_record_bytes = std::max<uint64_t>(r.expert_record_bytes, rec.length);
-  }
+  const PassWeights pass = PassWeightBytes(prepared, engine.layers());
+  r.weights_used_per_pass = pass.weights_used;
+  r.expert_record_bytes = pass.expert_record;
   r.peak_rss_bytes = PeakRssBytes();
   r.experts_skipped = engine.experts_skipped();
   r.failures = engine.Failures();
@@ -865,10 +859,11 @@ Status RunBatchMode(const RunOptions& o, const CliIo& io, Env* env, kernels::Isa
     K3_RETURN_IF_ERROR(engine->Plan(po));
   }
   if (lines && engine->streaming_plan()) LogInfo(engine->streaming_plan()->Describe());
-  // No bandwidth probes: the batch report has no floor (yet).
+  BatchContext ctx;
+  ctx.bandwidths = ProbeFloor(env, *engine, o, lines);  // before the weights take the memory
+  ctx.pass_weights = PassWeightBytes(engine->prepared(), engine->layers());
   K3_RETURN_IF_ERROR(engine->LoadWeights());
   if (lines) LogPlan(*engine, isa, false);
-  BatchContext ctx;
   ctx.env = env;
   ctx.out = out;
   ctx.lines = lines;

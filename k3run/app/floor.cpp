@@ -448,6 +448,20 @@ double Term(double amount, double rate, const char* rate_name, Floor* f) {
 
 }  // namespace
 
+PassWeights PassWeightBytes(const prepared::PreparedDir& p, int layers) {
+  PassWeights w;
+  for (const prepared::TrunkRun& t : p.manifest.runs) {
+    if (t.layer < layers) w.weights_used += t.length;
+  }
+  if (const prepared::Region* lm = p.manifest.FindRegion(prepared::kLmHeadName)) {
+    w.weights_used += lm->length;
+  }
+  for (const prepared::ExpertRecord& rec : p.experts.records) {
+    w.expert_record = std::max<uint64_t>(w.expert_record, rec.length);
+  }
+  return w;
+}
+
 Floor ComputeFloor(const PerToken& t, const Bandwidths& b) {
   Floor f;
   f.disk_s = Term(t.trunk_bytes + t.lm_head_bytes + t.other_bytes, b.trunk_bytes_per_s,

@@ -79,6 +79,16 @@ struct Bandwidths {
 // offset, the layer and expert or trunk run). The caller logs it and runs without a floor.
 Result<Bandwidths> ProbeBandwidths(Env* env, const prepared::PreparedDir& p, const ProbeOptions& o);
 
+// What one pass multiplies of `p`, from its manifest: the trunk runs of the first `layers`
+// layers plus lm_head (every pass uses them all), and the largest expert record (one routed
+// expert's bytes). The floors' weight bytes: a pass's are weights_used + distinct experts ×
+// expert_record.
+struct PassWeights {
+  uint64_t weights_used = 0;
+  uint64_t expert_record = 0;
+};
+PassWeights PassWeightBytes(const prepared::PreparedDir& p, int layers);
+
 // Bytes per token, by kind, as the run measured them (averages over decode steps).
 struct PerToken {
   double trunk_bytes = 0;    // trunk runs read from disk

@@ -234,6 +234,7 @@ Status Model::RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment>
                      const float* h, int64_t T, ops::LayerScratch* s) {
   const ops::Routing routing = ops::Route(w.moe, dims_, s->a.data(), T);
   std::vector<int32_t> local = ops::SelectedExperts(routing), remote;
+  experts_routed_ += static_cast<int64_t>(local.size());
   if (remote_ != nullptr) {
     std::vector<int32_t> mine;
     for (int32_t e : local) (remote_->IsLocal(L, e) ? mine : remote).push_back(e);

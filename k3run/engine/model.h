@@ -106,6 +106,9 @@ class Model {
   int64_t experts_skipped() const { return stats_.experts_skipped; }
   // Where the passes' wall time went, summed over every pass so far.
   const PassTimes& times() const { return times_; }
+  // Distinct (layer, expert) pairs the passes' routing chose, summed over every pass so far
+  // (what a pass multiplies of the experts, wherever they were computed).
+  int64_t experts_routed() const { return experts_routed_; }
 
  private:
   Status RunPass(std::span<const Segment> segments, float* logits);
@@ -125,6 +128,7 @@ class Model {
   int layers_;
   ops::MoeStats stats_;
   PassTimes times_;
+  int64_t experts_routed_ = 0;
   const std::atomic<bool>* interrupt_ = nullptr;
   RemoteExperts* remote_ = nullptr;
 };

@@ -497,6 +497,7 @@ void Scheduler::Impl::RunOnePass(const std::vector<Slot*>& carried) {
       stats.decode_seconds += pass->seconds;
       stats.decode_io_busy_seconds += pass->source.io_busy_seconds;
       stats.decode_times += pass->times;
+      stats.decode_experts_routed += pass->experts_routed;
     }
   }
   const int64_t V = engine->config().vocab;

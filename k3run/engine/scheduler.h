@@ -143,6 +143,7 @@ struct SchedulerStats {
   double decode_seconds = 0;
   double decode_io_busy_seconds = 0;  // the reader busy during them (own-rate floor)
   PassTimes decode_times;             // where their time went (model.h)
+  int64_t decode_experts_routed = 0;  // distinct (layer, expert) pairs their passes routed to
   // The engine's idle time between passes: from the end of one pass to the start of the next
   // when the next follows without waiting for work (choosing tokens, callbacks, admission and
   // prompt snapshots happen there). Quantiles over the most recent kIdleWindow gaps.

@@ -324,9 +324,11 @@ Result<StepResult> Engine::Step(std::span<StepInput> batch) {
   const SourceCounters source_before = source_->Source();
   const auto t0 = std::chrono::steady_clock::now();
   const PassTimes times0 = model_->times();
+  const int64_t routed0 = model_->experts_routed();
   K3_RETURN_IF_ERROR(model_->Pass(segments, r.logits.data()));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.times = model_->times() - times0;
+  r.experts_routed = model_->experts_routed() - routed0;
   r.bytes = source_->Counters() - before;
   r.source = source_->Source() - source_before;
   for (StepInput& in : batch) {
@@ -361,6 +363,7 @@ Result<StepResult> Engine::Feed(Sequence* seq, std::span<const int32_t> ids, Log
     done += n;
     r.seconds += sum.seconds;
     r.times += sum.times;
+    r.experts_routed += sum.experts_routed;
     r.bytes += sum.bytes;
     r.source += sum.source;
     sum = std::move(r);

@@ -103,6 +103,7 @@ struct StepResult {
   std::vector<int64_t> first_row;  // per input: its first row in `logits`
   double seconds = 0;              // the pass's wall time
   PassTimes times;                 // where the pass's wall time went (model.h)
+  int64_t experts_routed = 0;      // distinct (layer, expert) pairs its routing chose
   ReadCounters bytes;              // read during the pass
   SourceCounters source;           // expert requests, hits and I/O time during the pass
   const float* LogitsOf(size_t input, int64_t vocab) const {

@@ -326,6 +326,44 @@ TEST(BatchCli, ReportFieldsArePresentAndConsistent) {
   EXPECT_GT(d["split_seconds_per_pass"]["attention"].get<double>(), 0);
   EXPECT_LE(parts, d["seconds_per_pass"].get<double>() * (1 + 1e-9));
   EXPECT_NE(r.stderr_text.find("per decode pass: experts "), std::string::npos) << r.stderr_text;
+  EXPECT_TRUE(d["roofline_floor"].is_null()) << "--no-floor runs no probe";
+}
+
+// Without --no-floor the report has the decode passes' roofline floor: the larger of the weight
+// bytes a pass multiplies at the probed memory bandwidth and its FLOPs at the probed matmul
+// peak, and the pass time over it; the distinct experts per pass lie between one row's top-k
+// per MoE layer and every row's.
+TEST(BatchCli, DecodeRooflineFloorIsTheLargerTermAndThePassTimeOverIt) {
+  test::TempDir tmp;
+  const std::string input = tmp.Join("in.jsonl"), report = tmp.Join("r.json");
+  std::string lines;
+  for (int i = 0; i < 3; ++i) lines += "{\"ids\": [" + std::to_string(5 + i) + ", 9], \"gen\": 4}\n";
+  ASSERT_TRUE(test::WriteWholeFile(input, lines));
+  const CliRun r = RunCliArgs({TinyPreparedDir(), "--batch", input, "--max-seqs", "3", "--out",
+                               report, "--ignore-eos", "--probe-seconds", "0.02"});
+  ASSERT_EQ(r.exit_code, 0) << r.stderr_text;
+  const json j = json::parse(test::ReadWholeFile(report));
+  const json& d = j["decode"];
+  ASSERT_GT(d["passes"].get<int64_t>(), 0);
+  const json& f = d["roofline_floor"];
+  ASSERT_TRUE(f.is_object()) << d.dump(2);
+  const double memory_s = f["memory_s"].get<double>(), compute_s = f["compute_s"].get<double>();
+  EXPECT_GT(memory_s, 0);
+  EXPECT_GT(compute_s, 0);
+  EXPECT_DOUBLE_EQ(f["floor_s"].get<double>(), std::max(memory_s, compute_s));
+  EXPECT_EQ(f["bound"], memory_s >= compute_s ? "memory" : "compute");
+  EXPECT_DOUBLE_EQ(f["memory_s"].get<double>(),
+                   f["weight_bytes"].get<double>() / f["memory_bytes_per_s"].get<double>());
+  EXPECT_DOUBLE_EQ(f["time_over_floor"].get<double>(),
+                   d["seconds_per_pass"].get<double>() / f["floor_s"].get<double>());
+  const ModelConfig c = testing::OpenEngine(TinyPreparedDir())->prepared.manifest.config;
+  int moe_layers = 0;
+  for (int l = 0; l < c.n_layers; ++l) moe_layers += c.is_dense(l) ? 0 : 1;
+  const double rows = d["rows_per_pass"].get<double>();
+  const double experts = f["distinct_experts"].get<double>();
+  EXPECT_GE(experts, static_cast<double>(c.topk * moe_layers) - 1e-9);
+  EXPECT_LE(experts, rows * static_cast<double>(c.topk * moe_layers) + 1e-9);
+  EXPECT_NE(r.stderr_text.find("roofline floor"), std::string::npos) << r.stderr_text;
 }
 
 // ---- --spec (BatchCliSpec): each line's ids and dump bytes are those of --batch without it ----

@@ -368,8 +368,8 @@ Request MakeRequest(Engine* engine, const RunOptions& o, const BatchContext& ctx
   if (!m->in->image_inputs.empty()) {
     // At admission, on this (the engine's) thread: only admitted lines hold image rows.
     const auto pad = static_cast<int32_t>(engine->config().media_placeholder_token_id);
-    r.encode_media = [in = m->in, vision = ctx.vision, pad] {
-      return EncodeImages(vision, in->ids, 0, pad, in->image_inputs, nullptr);
+    r.encode_media = [in = m->in, vision = ctx.vision, pad](const MediaLookup& held) {
+      return EncodeImages(vision, in->ids, 0, pad, in->image_inputs, nullptr, held);
     };
   }
   r.on_token = [m, &o, ctx, tokenizer, vocab](int32_t token, const float* logits) {

@@ -15,6 +15,13 @@ Result<ImageInput> LoadImageBytes(std::string_view bytes, const std::string& nam
   return ImageInput{name, std::move(patches)};
 }
 
+Hash128 TowerInputId(const vision::ImagePatches& patches) {
+  const Hash128 values =
+      Xxh3_128(patches.patches.data(), patches.patches.size() * sizeof(float));
+  const uint64_t words[4] = {patches.grid.grid_h, patches.grid.grid_w, values.high, values.low};
+  return Xxh3_128(words, sizeof words);
+}
+
 ChatImage ChatImageOf(const ImageInput& image, size_t at) {
   return ChatImage{at, image.patches.grid.original_width, image.patches.grid.original_height,
                    image.tokens()};
@@ -23,7 +30,7 @@ ChatImage ChatImageOf(const ImageInput& image, size_t at) {
 Result<std::vector<MediaSpan>> EncodeImages(VisionEncoder* encoder, std::span<const int32_t> ids,
                                             int64_t first_pos, int32_t pad,
                                             std::span<const ImageInput> images,
-                                            ImageStats* stats) {
+                                            ImageStats* stats, const MediaLookup& reuse) {
   struct Run {
     int64_t begin, length;
   };
@@ -50,10 +57,24 @@ Result<std::vector<MediaSpan>> EncodeImages(VisionEncoder* encoder, std::span<co
                              std::to_string(images[k].tokens()) + " pads, the prompt has " +
                              std::to_string(runs[k].length) + " (please report)");
     }
+    const Hash128 input = TowerInputId(images[k].patches);
+    const MediaSpan* held = reuse ? reuse(input) : nullptr;
+    if (held != nullptr && held->rows == runs[k].length && held->data != nullptr) {
+      MediaSpan s = *held;  // the rows and their id, bound at this prompt's run
+      s.first = first_pos + runs[k].begin;
+      if (stats != nullptr) {
+        ++stats->images;
+        ++stats->reused;
+        stats->tokens += s.rows;
+      }
+      spans.push_back(std::move(s));
+      continue;
+    }
     double seconds = 0;
     const bool first_load = !encoder->loaded();
     K3_ASSIGN_OR_RETURN(MediaSpan s,
                         encoder->Encode(images[k].patches, first_pos + runs[k].begin, &seconds));
+    s.input = input;
     if (stats != nullptr) {
       ++stats->images;
       stats->tokens += s.rows;

@@ -43,15 +43,21 @@ struct ImageStats {
   int64_t images = 0;
   int64_t tokens = 0;          // rows = pads
   double tower_seconds = 0;    // the towers' time
+  int64_t reused = 0;          // of `images`, whose rows were held already (no tower run)
   double load_seconds = 0;     // reading vision.bin (first image only)
 };
 
+// The tower input's identity (MediaSpan::input): XXH3-128 over the patches' grid and values.
+Hash128 TowerInputId(const vision::ImagePatches& patches);
+
 // `ids` are the rows about to be fed, ids[0] at sequence position `first_pos`. Finds the runs of
 // `pad` in them, checks there is one per image with the image's token count, and encodes each
-// image into a span at its run. kInvalid naming the image on a mismatch.
+// image into a span at its run. kInvalid naming the image on a mismatch. `reuse` (may be empty):
+// rows already held for an image's tower input are bound again instead of running the tower
+// (the same bits: the tower is deterministic).
 Result<std::vector<MediaSpan>> EncodeImages(VisionEncoder* encoder, std::span<const int32_t> ids,
                                             int64_t first_pos, int32_t pad,
                                             std::span<const ImageInput> images,
-                                            ImageStats* stats);
+                                            ImageStats* stats, const MediaLookup& reuse = {});
 
 }  // namespace k3::run

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,7 +22,15 @@ struct MediaSpan {
   int64_t rows = 0;   // pads = rows of `data`
   Hash128 id;         // XXH3-128 of the rows' bytes: the image's identity for the prompt cache
   std::shared_ptr<const std::vector<float>> data;  // [rows][hidden]
+  // XXH3-128 of the tower's input (the preprocessed patches and their grid: EncodeImages),
+  // known before the tower runs; the tower is deterministic, so equal inputs give equal rows.
+  // Zero for rows made otherwise (tests).
+  Hash128 input;
 };
+
+// Rows the engine already holds for a tower input (MediaSpan::input), or null: what lets an
+// image re-sent with a conversation skip the tower (the scheduler looks in its prompt cache).
+using MediaLookup = std::function<const MediaSpan*(const Hash128& input)>;
 
 // The spans of a sequence that overlap positions [0, length), in order. Two prefixes with the
 // same tokens are the same input only when these agree (same first, rows and id).

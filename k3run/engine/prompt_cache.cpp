@@ -22,6 +22,16 @@ const SequenceSnapshot* PromptCache::Longest(std::span<const int32_t> prompt,
   return &lru_.front().snap;
 }
 
+const MediaSpan* PromptCache::FindMedia(const Hash128& input) const {
+  if (input == Hash128{}) return nullptr;
+  for (const Entry& e : lru_) {
+    for (const MediaSpan& m : e.snap.state.media) {
+      if (m.input == input && m.data != nullptr) return &m;
+    }
+  }
+  return nullptr;
+}
+
 void PromptCache::Insert(SequenceSnapshot snap) {
   for (auto it = lru_.begin(); it != lru_.end(); ++it) {
     if (it->snap.tokens == snap.tokens &&

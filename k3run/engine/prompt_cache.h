@@ -29,6 +29,9 @@ class PromptCache {
   // holds; a snapshot larger than the whole budget is not kept. One with the same tokens and
   // images is replaced.
   void Insert(SequenceSnapshot snap);
+  // An image span one of the snapshots holds whose tower input is `input` (MediaSpan::input),
+  // or null (a zero input never matches). The order of use does not change.
+  const MediaSpan* FindMedia(const Hash128& input) const;
 
   uint64_t bytes() const { return bytes_; }
   size_t size() const { return lru_.size(); }

@@ -256,7 +256,8 @@ void Scheduler::Impl::Start(Slot* slot, Waiting w) {
     slot->policy.emplace(spec, cost, !o.spec_fixed);
   }
   if (slot->req.encode_media) {
-    Result<std::vector<MediaSpan>> spans = slot->req.encode_media();
+    const MediaLookup held = [this](const Hash128& input) { return cache.FindMedia(input); };
+    Result<std::vector<MediaSpan>> spans = slot->req.encode_media(held);
     Status s = spans.status();
     if (s.ok()) {
       slot->req.media = std::move(spans).value();

@@ -79,8 +79,10 @@ struct Request {
   // Images still to encode: called once at admission, on the engine thread (the tower drives
   // the compute threads, which only that thread may), it returns the spans that replace
   // `media`; its error ends the request with kError. Null: `media` as given. The server and
-  // --batch encode here, so only admitted requests hold image rows.
-  std::function<Result<std::vector<MediaSpan>>()> encode_media;
+  // --batch encode here, so only admitted requests hold image rows. Its argument finds rows the
+  // prompt cache's snapshots hold for a tower input (media.h MediaLookup): a conversation
+  // re-sent with its images runs the tower only for the new ones.
+  std::function<Result<std::vector<MediaSpan>>(const MediaLookup& held)> encode_media;
   int64_t max_tokens = 0;        // tokens to generate; 0 = prefill only
   SamplerOptions sampling;       // greedy by default
   uint64_t seed = 0;

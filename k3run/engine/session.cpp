@@ -406,6 +406,9 @@ uint64_t SequenceSnapshot::bytes() const {
     n += k.Floats() * sizeof(float);
   }
   for (const ops::MlaCache& m : state.mla) n += m.data.size() * sizeof(float);
+  // Image rows (shared with the sequence and other snapshots: counted in full here, so the
+  // prompt cache's budget is never exceeded).
+  for (const MediaSpan& m : state.media) n += m.data ? m.data->size() * sizeof(float) : 0;
   return n;
 }
 

@@ -143,16 +143,14 @@ bool LoadRequestImages(ServerVision& v, ApiRequest* r, std::vector<ImageInput>* 
   return true;
 }
 
-std::function<Result<std::vector<MediaSpan>>()> MediaEncoderFor(VisionEncoder* encoder,
-                                                                 int32_t pad,
-                                                                 std::vector<int32_t> prompt,
-                                                                 std::vector<ImageInput> images,
-                                                                 std::shared_ptr<ImageStats> stats) {
+std::function<Result<std::vector<MediaSpan>>(const MediaLookup&)> MediaEncoderFor(
+    VisionEncoder* encoder, int32_t pad, std::vector<int32_t> prompt,
+    std::vector<ImageInput> images, std::shared_ptr<ImageStats> stats) {
   auto held = std::make_shared<std::pair<std::vector<int32_t>, std::vector<ImageInput>>>(
       std::move(prompt), std::move(images));
-  return [encoder, pad, held, stats]() -> Result<std::vector<MediaSpan>> {
+  return [encoder, pad, held, stats](const MediaLookup& rows) -> Result<std::vector<MediaSpan>> {
     Result<std::vector<MediaSpan>> spans =
-        EncodeImages(encoder, held->first, 0, pad, held->second, stats.get());
+        EncodeImages(encoder, held->first, 0, pad, held->second, stats.get(), rows);
     held->second.clear();  // the patches are not needed once the rows exist
     held->second.shrink_to_fit();
     return spans;

@@ -64,9 +64,9 @@ bool LoadRequestImages(ServerVision& v, ApiRequest* r, std::vector<ImageInput>* 
                        ApiError* error);
 
 // Request::encode_media for a prompt whose pads hold `images`: runs the tower on each (engine
-// thread) and binds its rows to its run of pads. `stats` (may be null; must outlive the call):
+// thread) whose rows the scheduler does not hold already, and binds the rows to its run of pads. `stats` (may be null; must outlive the call):
 // images, tokens, tower and vision.bin read time, for the request's log line.
-std::function<Result<std::vector<MediaSpan>>()> MediaEncoderFor(
+std::function<Result<std::vector<MediaSpan>>(const MediaLookup&)> MediaEncoderFor(
     VisionEncoder* encoder, int32_t pad, std::vector<int32_t> prompt,
     std::vector<ImageInput> images, std::shared_ptr<ImageStats> stats = nullptr);
 

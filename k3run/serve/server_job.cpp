@@ -79,12 +79,17 @@ void LogRequest(Endpoint e, const RequestResult& r, const ImageStats* images) {
                 r.seconds, r.queued_seconds, r.first_token_seconds,
                 out > 1 && decode > 0 ? (out - 1) / decode : 0.0, FinishReasonName(r.reason));
   std::string text = line;
-  if (images != nullptr && images->images > 0) {  // the tower ran for this request
-    std::snprintf(line, sizeof line, ", %lld image%s (%lld tokens, tower %.2f s%s)",
+  if (images != nullptr && images->images > 0) {  // this request's images were encoded
+    std::snprintf(line, sizeof line, ", %lld image%s (%lld tokens, tower %.2f s%s",
                   static_cast<long long>(images->images), images->images == 1 ? "" : "s",
                   static_cast<long long>(images->tokens), images->tower_seconds,
                   images->load_seconds > 0 ? ", vision.bin read" : "");
     text += line;
+    if (images->reused > 0) {  // rows the prompt cache held: no tower run for these
+      std::snprintf(line, sizeof line, ", %lld held", static_cast<long long>(images->reused));
+      text += line;
+    }
+    text += ")";
   }
   if (r.spec.drafted > 0) {  // --spec: this request's drafts
     std::snprintf(line, sizeof line, ", %lld of %lld drafted kept",

@@ -143,6 +143,48 @@ TEST_F(SchedulerMedia, ASnapshotWithoutTheImageIsNotRestoredForOneWithIt) {
   EXPECT_TRUE(SameBits(gb.logits, Alone(e_.get(), next, {x}, 2).logits));
 }
 
+// A request's encode_media gets a lookup of the rows the prompt cache's snapshots hold, by tower
+// input (MediaSpan::input): what lets a re-sent image skip the tower. It finds the span A left
+// (the same rows, not a copy), nothing for another input or the zero input, and the rows it
+// finds give the bits of the image sent cold.
+TEST_F(SchedulerMedia, EncodeMediaFindsTheRowsTheCacheHoldsByTowerInput) {
+  const std::vector<int32_t> a = {3, 7, pad_, pad_, 11, 5};
+  std::vector<int32_t> next = a;
+  next.insert(next.end(), {9, pad_, pad_, 4});
+  MediaSpan x = SpanOfTokens(e_.get(), {300, 42}, 2);
+  x.input = Hash128{1, 2};
+  SchedulerOptions o;
+  o.prompt_cache_bytes = uint64_t{1} << 30;
+  Scheduler sched(e_.get(), o);
+  Got ga, gb;
+  ASSERT_TRUE(sched.Submit(Make(a, {x}, 2, &ga, V_)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  // B re-sends X at 2 and X again at 7 (a second copy of the same image later in the chat).
+  const MediaSpan* found = nullptr;
+  bool other = true, zero = true;
+  Request b = Make(next, {}, 2, &gb, V_);
+  b.encode_media = [&](const MediaLookup& held) -> Result<std::vector<MediaSpan>> {
+    found = held(Hash128{1, 2});
+    other = held(Hash128{3, 4}) != nullptr;
+    zero = held(Hash128{}) != nullptr;
+    if (found == nullptr) return Status::Invalid("X's rows are not held");
+    MediaSpan first = *found, second = *found;
+    first.first = 2;
+    second.first = 7;
+    return std::vector<MediaSpan>{first, second};
+  };
+  ASSERT_TRUE(sched.Submit(std::move(b)).ok());
+  ASSERT_TRUE(sched.RunUntilIdle().ok());
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->data, x.data);  // the snapshot's rows themselves
+  EXPECT_FALSE(other);
+  EXPECT_FALSE(zero);
+  MediaSpan x7 = SpanOfTokens(e_.get(), {300, 42}, 7);
+  const Got cold = Alone(e_.get(), next, {x, x7}, 2);
+  EXPECT_EQ(gb.ids, cold.ids);
+  EXPECT_TRUE(SameBits(gb.logits, cold.logits));
+}
+
 TEST_F(SchedulerMedia, SpansOutsideThePromptAreRefused) {
   Scheduler sched(e_.get(), SchedulerOptions{});
   Got g;

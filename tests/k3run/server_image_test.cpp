@@ -182,6 +182,15 @@ TEST(ServerImages, AnImageInTheSecondTurnAndThePromptCache) {
   EXPECT_EQ(same["k3"]["generated_ids"], same_cold["k3"]["generated_ids"]);
   EXPECT_EQ(other["k3"]["generated_ids"], other_cold["k3"]["generated_ids"]);
   EXPECT_EQ(same_cold["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0);
+  // The tower ran only for images whose rows no snapshot held: the re-sent first image (same)
+  // and the re-sent second image (other) were bound from the cache, once each; the cold
+  // server held nothing.
+  size_t held = 0;
+  for (size_t at = 0; (at = s.stderr_text().find(", 1 held)", at)) != std::string::npos; ++at) {
+    ++held;
+  }
+  EXPECT_EQ(held, 2u) << s.stderr_text();
+  EXPECT_FALSE(Has(cold.stderr_text(), " held)")) << cold.stderr_text();
 }
 
 // Each refusal: 400 with an OpenAI error naming the image and the reason; the server serves on.

@@ -225,8 +225,10 @@ json DecodeFloorJson(const Engine& engine, const BatchContext& ctx, const Schedu
               {"time_over_floor", st.decode_seconds / passes / floor_s}};
 }
 
+// `floor`: DecodeFloorJson of the run (computed once, also for the summary).
 std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchContext& ctx,
-                       const std::vector<Member>& members, const Totals& t, bool interrupted) {
+                       const std::vector<Member>& members, const Totals& t, bool interrupted,
+                       const json& floor) {
   const SchedulerStats& st = t.stats;
   const double passes = static_cast<double>(std::max<int64_t>(st.passes, 1));
   const double generated = static_cast<double>(std::max<int64_t>(st.generated, 1));
@@ -273,7 +275,7 @@ std::string ReportJson(const Engine& engine, const RunOptions& o, const BatchCon
   for (const auto& [name, seconds] : PassSplit(st.decode_times, dpasses)) {
     r["decode"]["split_seconds_per_pass"][name] = seconds;
   }
-  r["decode"]["roofline_floor"] = DecodeFloorJson(engine, ctx, st);
+  r["decode"]["roofline_floor"] = floor;
   r["tokens_per_second"] = t.seconds > 0 ? static_cast<double>(st.generated) / t.seconds : 0.0;
   if (o.spec > 0) {
     // As a prompt run's "speculation" (report.cpp SpeculationJson), over every sequence.
@@ -495,13 +497,14 @@ Status RunBatch(Engine* engine, const RunOptions& o, const std::vector<BatchInpu
   t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t.stats = sched.Stats();
   K3_RETURN_IF_ERROR(write_status);
+  const json floor = DecodeFloorJson(*engine, ctx, t.stats);
   if (!o.out.empty()) {
     K3_RETURN_IF_ERROR(WriteFileAtomic(ctx.env, o.out,
-                                       ReportJson(*engine, o, ctx, members, t, interrupted)));
+                                       ReportJson(*engine, o, ctx, members, t, interrupted,
+                                                  floor)));
   }
   if (ctx.lines) {
     LogInfo(SummaryLine(t, inputs.size(), so.spec));
-    const json floor = DecodeFloorJson(*engine, ctx, t.stats);
     if (!floor.is_null()) {
       char line[256];
       std::snprintf(line, sizeof line,

@@ -22,8 +22,8 @@
 // Every output element is computed by one thread in this order, so threads, ISA paths, chunk
 // sizes (T rows in one call equal T one-row calls) and budgets never change a bit. Forbidden
 // here (DESIGN.md §11.2a): online or tiled softmax, score sums split in pieces.
-// Scratch: per call [T] rows of projections, plus per compute thread (not per row, not per head)
-// one score buffer of len + T floats and doubles.
+// Scratch: MlaRows holds the pass's [T] rows of projections; MlaAttend adds, per compute thread
+// (not per row, not per head), one score buffer of len + n floats and doubles.
 // The score sums run in kernels/router_dot.h (same contract: one double accumulator per
 // position, ascending index; SIMD across positions), step 5 vectorised across j.
 // The latent norms use Dims::mla_latent_eps (1e-6 upstream; 1e-5 reproduces the original

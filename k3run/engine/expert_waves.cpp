@@ -15,7 +15,12 @@ ExpertWaves::ExpertWaves(WeightSource* source, int layer, const ops::Dims& d,
 
 ExpertWaves::ExpertWaves(WeightSource* source, int layer, const ops::Dims& d,
                          const ops::Routing& routing, std::vector<int32_t> chosen)
-    : source_(source), layer_(layer), dims_(d), routing_(routing), chosen_(std::move(chosen)) {
+    : source_(source),
+      layer_(layer),
+      dims_(d),
+      routing_(routing),
+      chosen_(std::move(chosen)),
+      slots_(routing) {
   const int64_t max_experts = source_->ExpertWaveSize();
   wave_size_ = max_experts > 0 ? static_cast<size_t>(max_experts)
                                : std::max<size_t>(chosen_.size(), 1);
@@ -45,7 +50,7 @@ void ExpertWaves::RunWave(size_t wave_begin, ops::MoeScratch* s, ops::MoeStats* 
   rows_.clear();
   for (size_t ci = wave_begin; ci < wave_end; ++ci) {
     const int64_t first = static_cast<int64_t>(rows_.size());
-    ops::RowsOf(routing_, chosen_[ci], &rows_);
+    slots_.AppendRowsOf(chosen_[ci], &rows_);
     jobs_.push_back(Job{chosen_[ci], first, static_cast<int64_t>(rows_.size()) - first});
   }
   work_.resize(static_cast<size_t>(ops::ExpertWorkFloats(dims_, static_cast<int64_t>(rows_.size()))));

@@ -53,6 +53,7 @@ class ExpertWaves {
   ops::Dims dims_;
   const ops::Routing& routing_;
   std::vector<int32_t> chosen_;
+  ops::SlotsByExpert slots_;  // of routing_
   size_t wave_size_;
   std::vector<Job> jobs_;
   std::vector<const Job*> round_;

@@ -41,6 +41,34 @@ void RowsOf(const Routing& r, int32_t expert, std::vector<int64_t>* rows) {
     if (r.idx[static_cast<size_t>(s)] == expert) rows->push_back(s);
 }
 
+SlotsByExpert::SlotsByExpert(const Routing& r) : r_(r) {
+  if (r.idx.empty()) return;
+  const auto [lo, hi] = std::minmax_element(r.idx.begin(), r.idx.end());
+  lo_ = *lo;
+  const int64_t span = int64_t{*hi} - lo_ + 1;
+  if (span > (int64_t{1} << 24)) return;  // first_ stays empty: AppendRowsOf scans
+  first_.assign(static_cast<size_t>(span) + 1, 0);
+  for (int32_t e : r.idx) ++first_[static_cast<size_t>(e - lo_) + 1];  // counts, shifted by one
+  for (size_t i = 1; i < first_.size(); ++i) first_[i] += first_[i - 1];
+  slots_.resize(r.idx.size());
+  std::vector<int64_t> at(first_.begin(), first_.end() - 1);
+  for (size_t s = 0; s < r.idx.size(); ++s) {
+    slots_[static_cast<size_t>(at[static_cast<size_t>(r.idx[s] - lo_)]++)] =
+        static_cast<int64_t>(s);
+  }
+}
+
+void SlotsByExpert::AppendRowsOf(int32_t expert, std::vector<int64_t>* rows) const {
+  if (first_.empty()) {
+    if (!r_.idx.empty()) RowsOf(r_, expert, rows);
+    return;
+  }
+  const int64_t i = int64_t{expert} - lo_;
+  if (i < 0 || i + 1 >= static_cast<int64_t>(first_.size())) return;
+  rows->insert(rows->end(), slots_.begin() + first_[static_cast<size_t>(i)],
+               slots_.begin() + first_[static_cast<size_t>(i) + 1]);
+}
+
 void MoeBegin(const MoeWeights& w, const Dims& d, const float* x, int64_t T, MoeScratch* s) {
   s->T = T;
   // 5. latent down-projection
@@ -108,9 +136,10 @@ void MoeBlock(const MoeWeights& w, ExpertTable experts, const Dims& d, const flo
   };
   std::vector<Job> jobs;
   std::vector<int64_t> rows;
+  const SlotsByExpert slots(r);
   for (int32_t e : SelectedExperts(r)) {
     const int64_t first = static_cast<int64_t>(rows.size());
-    RowsOf(r, e, &rows);
+    slots.AppendRowsOf(e, &rows);
     const int64_t n = static_cast<int64_t>(rows.size()) - first;
     const GluWeights* ew =
         e >= 0 && static_cast<size_t>(e) < experts.size() ? experts[static_cast<size_t>(e)]

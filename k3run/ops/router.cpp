@@ -1,6 +1,7 @@
 #include "k3run/ops/router.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "k3run/kernels/router_dot.h"
@@ -18,25 +19,57 @@ void RouteToken(const Matrix& gate, const float* bias, const Dims& d, const floa
   SelectExperts(logits.data(), bias, d, idx, weight);
 }
 
+namespace {
+
+// The top k of c by (value descending, index ascending), appended in that order: the first k of
+// the stable sort, what the scan below picks when no c is NaN. One compare rejects most experts
+// (k ≪ N), where the scan made k passes over all N.
+void TopKNoNaN(const std::vector<float>& c, int64_t k, int32_t* idx) {
+  if (k <= 0) return;
+  int64_t n = 0;  // idx[0, n) sorted
+  for (int64_t e = 0; e < static_cast<int64_t>(c.size()); ++e) {
+    const float v = c[static_cast<size_t>(e)];
+    if (n == k && !(v > c[static_cast<size_t>(idx[k - 1])])) continue;
+    // e after every kept expert with c >= v: those have lower indices and win ties
+    int64_t at = n < k ? n : k - 1;
+    while (at > 0 && c[static_cast<size_t>(idx[at - 1])] < v) {
+      idx[at] = idx[at - 1];
+      --at;
+    }
+    idx[at] = static_cast<int32_t>(e);
+    if (n < k) ++n;
+  }
+}
+
+}  // namespace
+
 void SelectExperts(const double* logits, const float* bias, const Dims& d, int32_t* idx,
                    float* weight) {
   const int64_t N = d.n_experts, k = d.topk;
   std::vector<float> s(static_cast<size_t>(N)), c(static_cast<size_t>(N));
-  std::vector<bool> taken(static_cast<size_t>(N), false);
+  bool any_nan = false;
   for (int64_t e = 0; e < N; ++e) {
     s[static_cast<size_t>(e)] = Sigmoid(static_cast<float>(logits[e]));
     c[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + bias[e];
+    any_nan = any_nan || std::isnan(c[static_cast<size_t>(e)]);
   }
-  for (int64_t j = 0; j < k; ++j) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < N; ++e) {
-      if (taken[static_cast<size_t>(e)]) continue;
-      if (best < 0 || c[static_cast<size_t>(e)] > c[static_cast<size_t>(best)]) best = e;
+  if (!any_nan) {
+    TopKNoNaN(c, k, idx);
+  } else {
+    // k passes, each taking the first untaken expert no later one beats: a NaN it starts on
+    // stays (nothing compares greater), the order the reference's scan gives garbage input.
+    std::vector<bool> taken(static_cast<size_t>(N), false);
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < N; ++e) {
+        if (taken[static_cast<size_t>(e)]) continue;
+        if (best < 0 || c[static_cast<size_t>(e)] > c[static_cast<size_t>(best)]) best = e;
+      }
+      taken[static_cast<size_t>(best)] = true;
+      idx[j] = static_cast<int32_t>(best);
     }
-    taken[static_cast<size_t>(best)] = true;
-    idx[j] = static_cast<int32_t>(best);
-    weight[j] = s[static_cast<size_t>(best)];
   }
+  for (int64_t j = 0; j < k; ++j) weight[j] = s[static_cast<size_t>(idx[j])];
   if (d.moe_renorm && k > 1) {
     double S = 0.0;
     for (int64_t j = 0; j < k; ++j) S += static_cast<double>(weight[j]);

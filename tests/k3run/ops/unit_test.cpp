@@ -2,7 +2,9 @@
 // from MODEL.md §3 (not from the code under test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "k3run/ops/activation.h"
@@ -11,6 +13,7 @@
 #include "k3run/ops/kda.h"
 #include "k3run/ops/math.h"
 #include "k3run/ops/mla.h"
+#include "k3run/ops/moe.h"
 #include "k3run/ops/norm.h"
 #include "k3run/ops/router.h"
 
@@ -246,6 +249,102 @@ TEST(Router, Bf16GateIsWidenedExactly) {
   EXPECT_EQ(i16[1], i32[1]);
   EXPECT_EQ(w16[0], w32[0]);
   EXPECT_EQ(w16[1], w32[1]);
+}
+
+// The selection against a stable sort by (c descending, index ascending), with scores drawn from
+// a few values so that ties are everywhere, ±0 among them, at k from 1 to N; and, when a score
+// is NaN, against the k-pass scan (each pass: the first untaken expert no later one beats).
+TEST(Router, SelectionIsTheStableSortsFirstKAndTheScanWithNaN) {
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  const float kBias[] = {0.0f, -0.0f, 0.25f, -0.5f, 0.125f};
+  const double kLogit[] = {-1.0, 0.0, -0.0, 2.0, 0.5, -30.0};
+  for (int round = 0; round < 400; ++round) {
+    Dims d;
+    d.n_experts = 1 + next() % 70;
+    d.topk = 1 + next() % d.n_experts;
+    d.moe_renorm = false;
+    const size_t N = static_cast<size_t>(d.n_experts);
+    std::vector<double> logits(N);
+    std::vector<float> bias(N);
+    for (size_t e = 0; e < N; ++e) {
+      logits[e] = kLogit[next() % 6];
+      bias[e] = kBias[next() % 5];
+    }
+    const bool with_nan = round % 4 == 3;
+    if (with_nan) logits[next() % N] = std::nan("");
+    std::vector<float> c(N);
+    for (size_t e = 0; e < N; ++e) c[e] = Sigmoid(static_cast<float>(logits[e])) + bias[e];
+    std::vector<int32_t> want;
+    if (!with_nan) {
+      std::vector<int32_t> order(N);
+      for (size_t e = 0; e < N; ++e) order[e] = static_cast<int32_t>(e);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return c[a] > c[b]; });
+      want.assign(order.begin(), order.begin() + d.topk);
+    } else {
+      std::vector<bool> taken(N, false);
+      for (int64_t j = 0; j < d.topk; ++j) {
+        int64_t best = -1;
+        for (size_t e = 0; e < N; ++e) {
+          if (taken[e]) continue;
+          if (best < 0 || c[e] > c[static_cast<size_t>(best)]) best = static_cast<int64_t>(e);
+        }
+        taken[static_cast<size_t>(best)] = true;
+        want.push_back(static_cast<int32_t>(best));
+      }
+    }
+    std::vector<int32_t> idx(static_cast<size_t>(d.topk));
+    std::vector<float> w(static_cast<size_t>(d.topk));
+    SelectExperts(logits.data(), bias.data(), d, idx.data(), w.data());
+    ASSERT_EQ(idx, want) << "round " << round << ", N " << N << ", k " << d.topk;
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const float sj = Sigmoid(static_cast<float>(logits[static_cast<size_t>(idx[j])]));
+      ASSERT_EQ(std::memcmp(&w[j], &sj, 4), 0) << "weight " << j << " of round " << round;
+    }
+  }
+}
+
+// Grouped in one pass, each expert's slot rows are what RowsOf finds by scanning for it: for
+// every id in and around the routed ones, on routings with repeats, gaps and a negative id.
+TEST(Moe, SlotsByExpertAppendWhatRowsOfAppends) {
+  uint64_t state = 777;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  for (int round = 0; round < 50; ++round) {
+    Routing r;
+    r.T = 1 + next() % 9;
+    r.topk = 1 + next() % 5;
+    const int32_t lo = round % 5 == 0 ? -3 : 0, spread = 1 + next() % 40;
+    for (int64_t s = 0; s < r.T * r.topk; ++s) {
+      r.idx.push_back(lo + static_cast<int32_t>(next() % static_cast<uint32_t>(spread)));
+    }
+    const SlotsByExpert slots(r);
+    for (int32_t e = lo - 2; e < lo + spread + 2; ++e) {
+      std::vector<int64_t> want = {-1}, got = {-1};  // both append after what is there
+      RowsOf(r, e, &want);
+      slots.AppendRowsOf(e, &got);
+      ASSERT_EQ(got, want) << "round " << round << ", expert " << e;
+    }
+  }
+  const Routing empty;
+  const SlotsByExpert none(empty);
+  std::vector<int64_t> rows;
+  none.AppendRowsOf(0, &rows);
+  EXPECT_TRUE(rows.empty());
+  Routing wide;  // ids too far apart to index: found by scanning
+  wide.T = 3;
+  wide.topk = 1;
+  wide.idx = {1 << 25, 0, 1 << 25};
+  const SlotsByExpert spread(wide);
+  spread.AppendRowsOf(1 << 25, &rows);
+  spread.AppendRowsOf(0, &rows);
+  EXPECT_EQ(rows, (std::vector<int64_t>{0, 2, 1}));
 }
 
 }  // namespace

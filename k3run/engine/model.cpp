@@ -200,14 +200,17 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
   }
   K3_RETURN_IF_ERROR(ops::BeginLayer(L, w, dims_, h, T, blocks, s));
   // The attention: projections over every row (each weight read once for all sequences), the
-  // recurrence or cache sequence by sequence, the output projection over every row.
+  // recurrence or cache of every sequence in one fork/join, the output projection over every
+  // row.
   const auto t0 = Clock::now();
   K3_RETURN_IF_ERROR(ops::BeginAttention(w, dims_, T, s));
+  attention_segments_.clear();
   int64_t first = 0;
   for (const Segment& seg : segments) {
-    K3_RETURN_IF_ERROR(ops::LayerAttention(L, w, dims_, first, seg.n, state_of(seg), s));
+    attention_segments_.push_back({first, seg.n, state_of(seg)});
     first += seg.n;
   }
+  K3_RETURN_IF_ERROR(ops::LayerAttentionAll(L, w, dims_, attention_segments_, s));
   ops::EndAttention(w, dims_, s);
   const double attention = Since(t0);
   times_.attention += attention;

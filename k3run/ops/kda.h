@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "k3run/ops/weights.h"
@@ -82,6 +83,18 @@ void KdaProject(const KdaWeights& w, const Dims& d, const float* x, int64_t T, K
 // and the rows' records are written instead.
 void KdaAttend(const KdaWeights& w, const Dims& d, int64_t first, int64_t n, KdaState* st,
                KdaRows* r, KdaRecords* records = nullptr);
+
+// One sequence's rows of a pass for KdaAttendMany: KdaAttend's first, n, st and records.
+struct KdaSegment {
+  int64_t first = 0, n = 0;
+  KdaState* state = nullptr;
+  KdaRecords* records = nullptr;
+};
+
+// KdaAttend for several sequences' disjoint rows, with one fork/join for all of them: the same
+// bits as one KdaAttend per segment.
+void KdaAttendMany(const KdaWeights& w, const Dims& d, std::span<const KdaSegment> segments,
+                   KdaRows* r);
 
 // Step 9: out [T][E] = o_proj · r.o.
 void KdaOutput(const KdaWeights& w, const KdaRows& r, float* out);

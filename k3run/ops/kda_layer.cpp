@@ -1,6 +1,7 @@
 // The KDA layer, step by step as MODEL.md §3.4 (step numbers in the comments).
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "k3run/kernels/thread_pool.h"
@@ -61,38 +62,60 @@ void KdaProject(const KdaWeights& w, const Dims& d, const float* x, int64_t T, K
 
 void KdaAttend(const KdaWeights& w, const Dims& d, int64_t first, int64_t n, KdaState* st,
                KdaRows* r, KdaRecords* records) {
-  if (n <= 0) return;
-  const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D, K = d.conv_k;
-  float* q = r->q.data() + first * P;
-  float* k = r->k.data() + first * P;
-  float* v = r->v.data() + first * P;
-  const float* z = r->z.data() + first * P;
-  const float* gate = r->gate.data() + first * P;
-  const float* b = r->b.data() + first * H;
-  float* o = r->o.data() + first * P;
+  const KdaSegment one{first, n, st, records};
+  KdaAttendMany(w, d, std::span<const KdaSegment>(&one, 1), r);
+}
 
-  // Rows that may be discarded run on a scratch copy of the state (one per thread, reused), so
-  // the live state is untouched until Commit replays the rows it keeps.
-  if (records != nullptr) {
-    BeginRecords(q, k, v, n, d, records);
-    thread_local KdaState scratch;
-    scratch = *st;
-    st = &scratch;
+void KdaAttendMany(const KdaWeights& w, const Dims& d, std::span<const KdaSegment> segments,
+                   KdaRows* r) {
+  const int64_t H = d.kda_heads, D = d.kda_head_dim, P = H * D, K = d.conv_k;
+  // Rows that may be discarded run on a scratch copy of the state (one per such segment, kept
+  // by this thread and reused), so the live state is untouched until Commit replays the rows
+  // it keeps.
+  thread_local std::vector<KdaState> scratch;
+  size_t copies = 0;
+  for (const KdaSegment& g : segments) copies += g.records != nullptr && g.n > 0;
+  if (scratch.size() < copies) scratch.resize(copies);  // before any pointer into it is taken
+  std::vector<KdaState*> states(segments.size());
+  copies = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const KdaSegment& g = segments[i];
+    states[i] = g.state;
+    if (g.n <= 0) continue;
+    float* q = r->q.data() + g.first * P;
+    float* k = r->k.data() + g.first * P;
+    float* v = r->v.data() + g.first * P;
+    if (g.records != nullptr) {
+      BeginRecords(q, k, v, g.n, d, g.records);
+      scratch[copies] = *g.state;
+      states[i] = &scratch[copies++];
+    }
+    // 2. short causal conv with SiLU, each stream with its own taps and carried history
+    ShortConv(q, g.n, P, K, w.q_conv.data(), states[i]->hist_q.data(), q);
+    ShortConv(k, g.n, P, K, w.k_conv.data(), states[i]->hist_k.data(), k);
+    ShortConv(v, g.n, P, K, w.v_conv.data(), states[i]->hist_v.data(), v);
   }
 
-  // 2. short causal conv with SiLU, each stream with its own taps and carried history
-  ShortConv(q, n, P, K, w.q_conv.data(), st->hist_q.data(), q);
-  ShortConv(k, n, P, K, w.k_conv.data(), st->hist_k.data(), k);
-  ShortConv(v, n, P, K, w.v_conv.data(), st->hist_v.data(), v);
-
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(D));  // fp32(1/sqrtf(D))
-  // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), so
-  // each compute thread takes whole heads through all n rows: one fork/join per call, not per
-  // row. Each head's arithmetic, row by row in order, is the same on any thread.
-  kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
-    const int64_t c0 = h * D;
-    std::vector<float> g(static_cast<size_t>(D)), alpha(static_cast<size_t>(D));
-    for (int64_t t = 0; t < n; ++t) {
+  // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), and
+  // so are sequences: each compute thread takes whole (sequence, head) pairs through all the
+  // sequence's rows, one fork/join for every sequence of the pass (a decode pass of 16
+  // sequences forked 16 times per layer before). Each head's arithmetic, row by row in order,
+  // is the same on any thread.
+  const int64_t pairs = static_cast<int64_t>(segments.size()) * H;
+  kernels::ParallelChunks(kernels::Threads(), pairs, [&](int64_t pair) {
+    const KdaSegment& g = segments[static_cast<size_t>(pair / H)];
+    KdaState* st = states[static_cast<size_t>(pair / H)];
+    const int64_t h = pair % H, c0 = h * D;
+    float* q = r->q.data() + g.first * P;
+    float* k = r->k.data() + g.first * P;
+    const float* v = r->v.data() + g.first * P;
+    const float* z = r->z.data() + g.first * P;
+    const float* gate = r->gate.data() + g.first * P;
+    const float* b = r->b.data() + g.first * H;
+    float* o = r->o.data() + g.first * P;
+    std::vector<float> gd(static_cast<size_t>(D)), alpha(static_cast<size_t>(D));
+    for (int64_t t = 0; t < g.n; ++t) {
       float* qt = q + t * P;
       float* kt = k + t * P;
       // 3. per-head L2 norm of q and k; q pre-scaled for the recurrence
@@ -101,10 +124,10 @@ void KdaAttend(const KdaWeights& w, const Dims& d, int64_t first, int64_t n, Kda
       for (int64_t i = c0; i < c0 + D; ++i) qt[i] = qt[i] * q_scale;
       // 5. decay for this token and head
       KdaDecay(z + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D, d.gate_lb,
-               g.data(), alpha.data());
+               gd.data(), alpha.data());
       const float beta = Sigmoid(b[t * H + h]);  // 4. β per head
-      if (records != nullptr) {
-        RecordHead(records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, alpha.data(), beta);
+      if (g.records != nullptr) {
+        RecordHead(g.records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, alpha.data(), beta);
       }
       // 6. recurrence, sequential over t
       float* oh = o + t * P + c0;

@@ -108,6 +108,24 @@ Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64
   return Status::Ok();
 }
 
+Status LayerAttentionAll(int64_t layer, const LayerWeights& w, const Dims& d,
+                         std::span<const AttentionSegment> segments, LayerScratch* s) {
+  for (const AttentionSegment& g : segments) {
+    K3_RETURN_IF_ERROR(CheckLayerState(layer, w, g.n, g.state));
+  }
+  if (w.is_mla) {
+    std::vector<MlaSegment> mla;
+    for (const AttentionSegment& g : segments) mla.push_back({g.first, g.n, g.state.mla});
+    return MlaAttendMany(w.mla, d, mla, &s->mla);
+  }
+  std::vector<KdaSegment> kda;
+  for (const AttentionSegment& g : segments) {
+    kda.push_back({g.first, g.n, g.state.kda, g.state.records});
+  }
+  KdaAttendMany(w.kda, d, kda, &s->kda);
+  return Status::Ok();
+}
+
 void EndAttention(const LayerWeights& w, const Dims& d, LayerScratch* s) {
   if (w.is_mla) {
     MlaOutput(w.mla, d, s->a.data(), s->mla, s->out.data());

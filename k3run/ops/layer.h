@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -72,6 +73,16 @@ Status BeginAttention(const LayerWeights& w, const Dims& d, int64_t T, LayerScra
 // state or a full MLA cache (nothing is changed then).
 Status LayerAttention(int64_t layer, const LayerWeights& w, const Dims& d, int64_t first,
                       int64_t n, LayerState state, LayerScratch* s);
+// One sequence's rows [first, first + n) of a pass and its state, for LayerAttentionAll.
+struct AttentionSegment {
+  int64_t first = 0, n = 0;
+  LayerState state;
+};
+// LayerAttention for every sequence of a pass (disjoint rows), with one fork/join for all of
+// them where one call per sequence forks once each: the same bits. Every segment is checked
+// before any state changes.
+Status LayerAttentionAll(int64_t layer, const LayerWeights& w, const Dims& d,
+                         std::span<const AttentionSegment> segments, LayerScratch* s);
 // Step 5's output projection of every row into s->out, after every sequence's LayerAttention.
 void EndAttention(const LayerWeights& w, const Dims& d, LayerScratch* s);
 // h ← the MLP input before its norm (what the next layer's expert guess reads); s->a ← its norm.

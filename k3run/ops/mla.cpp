@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "k3run/kernels/router_dot.h"
@@ -113,32 +114,53 @@ Status MlaProject(const MlaWeights& w, const Dims& d, const float* x, int64_t T,
 
 Status MlaAttend(const MlaWeights& w, const Dims& d, int64_t first, int64_t n, MlaCache* cache,
                  MlaRows* r) {
-  if (n <= 0) return Status::Ok();
-  K3_RETURN_IF_ERROR(CheckRoom(*cache, n));
-  const int64_t H = d.n_heads, c = d.kv_lora, rope = d.qk_rope, width = cache->width;
-  const int64_t p0 = cache->len, T = r->T;
-  // The rows' latents (normalised) and rope keys (as they are) at positions p0 … p0 + n − 1.
-  for (int64_t i = 0; i < n; ++i) {
-    const float* src = r->ckv.data() + (first + i) * width;
-    float* dst = cache->row(p0 + i);
-    RmsNorm(src, w.kv_a_layernorm.data(), c, d.mla_latent_eps, dst);
-    for (int64_t j = 0; j < rope; ++j) dst[c + j] = src[c + j];
-  }
-  cache->len += n;
+  const MlaSegment one{first, n, cache};
+  return MlaAttendMany(w, d, std::span<const MlaSegment>(&one, 1), r);
+}
 
-  // 3.–5. heads claimed one at a time by the compute threads, one score buffer per thread
-  const int threads = std::max(1, std::min<int>(kernels::Threads(), static_cast<int>(H)));
+Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegment> segments,
+                     MlaRows* r) {
+  for (const MlaSegment& g : segments) K3_RETURN_IF_ERROR(CheckRoom(*g.cache, g.n));
+  const int64_t H = d.n_heads, c = d.kv_lora, rope = d.qk_rope, T = r->T;
+  int64_t longest = 0;  // positions, after this pass, of the longest sequence
+  std::vector<int64_t> p0(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const MlaSegment& g = segments[i];
+    MlaCache* cache = g.cache;
+    const int64_t width = cache->width;
+    p0[i] = cache->len;
+    // The rows' latents (normalised) and rope keys (as they are) at positions p0 … p0 + n − 1.
+    for (int64_t j = 0; j < g.n; ++j) {
+      const float* src = r->ckv.data() + (g.first + j) * width;
+      float* dst = cache->row(p0[i] + j);
+      RmsNorm(src, w.kv_a_layernorm.data(), c, d.mla_latent_eps, dst);
+      for (int64_t e = 0; e < rope; ++e) dst[c + e] = src[c + e];
+    }
+    cache->len += g.n;
+    if (g.n > 0) longest = std::max(longest, cache->len);
+  }
+  if (longest == 0) return Status::Ok();
+
+  // 3.–5. (sequence, head) pairs claimed one at a time by the compute threads, one score
+  // buffer per thread sized for the longest sequence: one fork/join for every sequence of the
+  // pass (a decode pass of 16 sequences forked 16 times per layer before).
+  const int64_t pairs = static_cast<int64_t>(segments.size()) * H;
+  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kernels::Threads(), pairs)));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.qk_head()));
-  const int64_t len = p0 + n;
-  std::vector<float> score = Buf(threads * (len + width));
-  std::vector<double> acc(static_cast<size_t>(threads * len));
-  std::atomic<int64_t> next_head{0};
+  const int64_t width = MlaCacheWidth(d);
+  std::vector<float> score = Buf(threads * (longest + width));
+  std::vector<double> acc(static_cast<size_t>(threads * longest));
+  std::atomic<int64_t> next_pair{0};
   kernels::ParallelChunks(threads, threads, [&](int64_t chunk) {
-    float* mine = score.data() + chunk * (len + width);
-    double* sums = acc.data() + chunk * len;
-    for (int64_t h = next_head++; h < H; h = next_head++) {
-      AttendHead(d, h, T, first, n, p0, r->q.data(), r->qt.data(), *cache, scale, mine + len,
-                 sums, mine, r->obar.data());
+    float* mine = score.data() + chunk * (longest + width);
+    double* sums = acc.data() + chunk * longest;
+    for (int64_t pair = next_pair++; pair < pairs; pair = next_pair++) {
+      const size_t i = static_cast<size_t>(pair / H);
+      const MlaSegment& g = segments[i];
+      if (g.n <= 0) continue;
+      const int64_t len = p0[i] + g.n;
+      AttendHead(d, pair % H, T, g.first, g.n, p0[i], r->q.data(), r->qt.data(), *g.cache,
+                 scale, mine + len, sums, mine, r->obar.data());
     }
   });
   return Status::Ok();

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/reserved_floats.h"
@@ -79,6 +80,18 @@ Status MlaProject(const MlaWeights& w, const Dims& d, const float* x, int64_t T,
 // untouched) if the cache cannot hold n more positions.
 Status MlaAttend(const MlaWeights& w, const Dims& d, int64_t first, int64_t n, MlaCache* cache,
                  MlaRows* r);
+
+// One sequence's rows of a pass for MlaAttendMany: MlaAttend's first, n and cache.
+struct MlaSegment {
+  int64_t first = 0, n = 0;
+  MlaCache* cache = nullptr;
+};
+
+// MlaAttend for several sequences' disjoint rows, with one fork/join for all of them: the same
+// bits as one MlaAttend per segment. Fails (kInvalid, every cache untouched) if any cache cannot
+// hold its rows.
+Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegment> segments,
+                     MlaRows* r);
 
 // Steps 6–7 for every row: out [T][E]; x is the same input MlaProject had (the gate reads it).
 void MlaOutput(const MlaWeights& w, const Dims& d, const float* x, const MlaRows& r, float* out);

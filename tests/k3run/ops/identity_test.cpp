@@ -125,6 +125,109 @@ TEST(Identity, MlaTRowsEqualSingleStepsAndPrefillThenDecode) {
   EXPECT_EQ(batch.len, kT);
 }
 
+// LayerAttentionAll (every sequence of a pass in one fork/join) against LayerAttention once per
+// sequence: the same outputs, states, records and caches, on 1 and 3 threads. Sequences of
+// 2, 0, 1 and 3 rows; in KDA the 1-row one runs with records (speculation), in MLA the caches
+// start at different lengths. A full cache fails the call before any cache changes.
+struct AttentionRun {
+  std::vector<float> out;
+  std::vector<KdaState> kda;
+  std::vector<KdaRecords> records;
+  std::vector<MlaCache> mla;
+};
+
+AttentionRun RunAttention(const LayerWeights& w, const Dims& d, const std::vector<float>& warm,
+                          const std::vector<float>& x, const std::vector<int64_t>& rows,
+                          bool all_at_once) {
+  const int64_t T = static_cast<int64_t>(x.size()) / d.hidden;
+  AttentionRun run;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    run.kda.push_back(KdaState::Zero(d));
+    run.mla.push_back(MlaCache::Make(d, 16));
+    // a different history per sequence: i rows of the warm-up (MLA cache lengths 0, 1, 2, ...)
+    std::vector<float> ignored(warm.size());
+    const int64_t n = static_cast<int64_t>(std::min<size_t>(i, 2));
+    if (n == 0) continue;
+    if (w.is_mla) {
+      EXPECT_TRUE(MlaLayer(w.mla, d, warm.data(), n, &run.mla.back(), ignored.data()).ok());
+    } else {
+      KdaLayer(w.kda, d, warm.data(), n, &run.kda.back(), ignored.data());
+    }
+  }
+  run.records.resize(rows.size());
+  LayerScratch s;
+  s.a = x;
+  s.out.assign(x.size(), 0.0f);
+  EXPECT_TRUE(BeginAttention(w, d, T, &s).ok());
+  std::vector<AttentionSegment> segments;
+  int64_t first = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    LayerState st;
+    if (w.is_mla) {
+      st.mla = &run.mla[i];
+    } else {
+      st.kda = &run.kda[i];
+      if (rows[i] == 1) st.records = &run.records[i];
+    }
+    segments.push_back({first, rows[i], st});
+    first += rows[i];
+  }
+  if (all_at_once) {
+    EXPECT_TRUE(LayerAttentionAll(0, w, d, segments, &s).ok());
+  } else {
+    for (const AttentionSegment& g : segments) {
+      EXPECT_TRUE(LayerAttention(0, w, d, g.first, g.n, g.state, &s).ok());
+    }
+  }
+  EndAttention(w, d, &s);
+  run.out = s.out;
+  return run;
+}
+
+TEST(Identity, LayerAttentionAllEqualsOneCallPerSequence) {
+  KernelSettings restore;
+  const Dims d = RandomDims();
+  RandomModel m(d);
+  const std::vector<int64_t> rows = {2, 0, 1, 3};
+  const std::vector<float> x = m.Activations(6 * d.hidden);
+  const std::vector<float> warm = m.Activations(2 * d.hidden);  // earlier rows of sequences 1..
+  for (bool mla : {false, true}) {
+    const LayerWeights w = m.Layer(mla, false);
+    for (int threads : {1, 3}) {
+      kernels::SetThreads(threads);
+      const std::string at = std::string(mla ? "mla" : "kda") + ", " +
+                             std::to_string(threads) + " threads: ";
+      const AttentionRun one = RunAttention(w, d, warm, x, rows, false);
+      const AttentionRun all = RunAttention(w, d, warm, x, rows, true);
+      EXPECT_TRUE(SameBits(at + "out", all.out, one.out));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const std::string seq = at + "sequence " + std::to_string(i) + " ";
+        EXPECT_TRUE(SameBits(seq + "S", all.kda[i].S, one.kda[i].S));
+        EXPECT_TRUE(SameBits(seq + "k history", all.kda[i].hist_k, one.kda[i].hist_k));
+        EXPECT_TRUE(SameBits(seq + "record q", all.records[i].q, one.records[i].q));
+        EXPECT_TRUE(SameBits(seq + "record alpha", all.records[i].alpha, one.records[i].alpha));
+        EXPECT_EQ(all.mla[i].len, one.mla[i].len) << seq;
+        EXPECT_TRUE(SameBits(
+            seq + "cache", std::vector<float>(all.mla[i].data.begin(), all.mla[i].data.end()),
+            std::vector<float>(one.mla[i].data.begin(), one.mla[i].data.end())));
+      }
+    }
+  }
+  // MLA: the last cache cannot take its rows, so nothing is written to any cache.
+  const LayerWeights w = m.Layer(true, false);
+  LayerScratch s;
+  s.a = std::vector<float>(x.begin(), x.begin() + 3 * d.hidden);
+  ASSERT_TRUE(BeginAttention(w, d, 3, &s).ok());
+  MlaCache roomy = MlaCache::Make(d, 8), full = MlaCache::Make(d, 1);
+  const std::vector<AttentionSegment> segments = {{0, 2, {nullptr, &roomy, nullptr}},
+                                                  {2, 1, {nullptr, &full, nullptr}}};
+  full.len = 1;
+  const Status st = LayerAttentionAll(0, w, d, segments, &s);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("full"), std::string::npos) << st.ToString();
+  EXPECT_EQ(roomy.len, 0);
+}
+
 TEST(Identity, MoeTRowsEqualSingleSteps) {
   const Dims d = RandomDims();
   RandomModel m(d);

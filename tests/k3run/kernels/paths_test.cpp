@@ -60,6 +60,25 @@ TEST_P(PathTest, F32MatchesScalarBits) { CheckAgainstScalar(WeightType::kF32, 0,
 TEST_P(PathTest, Bf16MatchesScalarBits) { CheckAgainstScalar(WeightType::kBF16, 0, 0); }
 TEST_P(PathTest, Mxfp4MatchesScalarBits) { CheckAgainstScalar(WeightType::kMXFP4, 110, 140); }
 
+// Rows over 4 KiB at T ≥ 12 run in tiles of 6 activations and one of the rest (matmul_avx512.cpp
+// Rows): every remainder 0..5, four-row blocks and a leftover row, and a ragged end.
+TEST_P(PathTest, LongRowsAtPrefillWidthsMatchScalarBits) {
+  uint64_t seed = 5000;
+  for (WeightType type : {WeightType::kF32, WeightType::kBF16}) {
+    const OwnedMatrix m = RandomMatrix(type, 9, 4130, ++seed, 0, 0);
+    for (int64_t T : {12, 13, 14, 15, 16, 17, 23}) {
+      const std::vector<float> x = RandomActivations(T, 4130, ++seed);
+      const std::vector<float> want = RunMatMul(m, x, T, Isa::kScalar, 1);
+      for (int threads : {1, 2}) {
+        const std::vector<float> got = RunMatMul(m, x, T, GetParam(), threads);
+        ASSERT_EQ(FirstBitDifference(want, got, 9), "")
+            << TypeName(type) << " T=" << T << " threads=" << threads
+            << " path=" << IsaName(GetParam());
+      }
+    }
+  }
+}
+
 // Every scale byte, 0 (subnormal scale) to 255 (zero group), incl. 253/254 whose large codes
 // overflow to inf (and produce NaN sums): still the same bits on every path.
 TEST_P(PathTest, Mxfp4AllScaleBytesMatchScalarBits) {

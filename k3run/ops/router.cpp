@@ -43,16 +43,20 @@ void TopKNoNaN(const std::vector<float>& c, int64_t k, int32_t* idx) {
 
 }  // namespace
 
+K3_ELEMENTWISE_CLONES void RouterScores(const double* logits, const float* bias, int64_t n,
+                                        float* s, float* c) {
+  for (int64_t e = 0; e < n; ++e) {
+    s[e] = Sigmoid(static_cast<float>(logits[e]));
+    c[e] = s[e] + bias[e];
+  }
+}
+
 void SelectExperts(const double* logits, const float* bias, const Dims& d, int32_t* idx,
                    float* weight) {
   const int64_t N = d.n_experts, k = d.topk;
   std::vector<float> s(static_cast<size_t>(N)), c(static_cast<size_t>(N));
-  bool any_nan = false;
-  for (int64_t e = 0; e < N; ++e) {
-    s[static_cast<size_t>(e)] = Sigmoid(static_cast<float>(logits[e]));
-    c[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + bias[e];
-    any_nan = any_nan || std::isnan(c[static_cast<size_t>(e)]);
-  }
+  RouterScores(logits, bias, N, s.data(), c.data());
+  const bool any_nan = std::any_of(c.begin(), c.end(), [](float v) { return std::isnan(v); });
   if (!any_nan) {
     TopKNoNaN(c, k, idx);
   } else {

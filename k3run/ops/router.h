@@ -17,6 +17,9 @@ namespace k3::ops {
 // One token: x [E]; idx [topk] and weight [topk] in descending selection score.
 void RouteToken(const Matrix& gate, const float* bias, const Dims& d, const float* x,
                 int32_t* idx, float* weight);
+// Step 2 for n experts: s_e = σ(fp32(logit_e)), c_e = s_e + bias_e. Element-wise, in AVX-512,
+// AVX2 and baseline copies with the same bits (K3_ELEMENTWISE_CLONES, ops/math.h).
+void RouterScores(const double* logits, const float* bias, int64_t n, float* s, float* c);
 // Steps 2–4 for one token from its router logits [n_experts] (kernels::RouterLogits or one row
 // of RouterLogitsRows): what RouteToken does after the product.
 void SelectExperts(const double* logits, const float* bias, const Dims& d, int32_t* idx,

@@ -17,6 +17,7 @@
 #include "k3run/ops/conv.h"
 #include "k3run/ops/kda.h"
 #include "k3run/ops/math.h"
+#include "k3run/ops/router.h"
 #include "k3run/ops/mla.h"  // Softmax
 
 namespace k3::ops {
@@ -349,6 +350,37 @@ TEST(MathBitIdentity, KdaRecurrenceStepEqualsElementByElement) {
         ASSERT_EQ(Bits(o[j]), Bits(o_ref[j])) << "D " << D << " step " << step << " o[" << j << "]";
       }
     }
+  }
+}
+
+K3_SCALAR_ONLY void RouterScoresOne(const std::vector<double>& logits,
+                                    const std::vector<float>& bias, std::vector<float>& s,
+                                    std::vector<float>& c) {
+  for (size_t e = 0; e < logits.size(); ++e) {
+    s[e] = Sigmoid(static_cast<float>(logits[e]));
+    c[e] = s[e] + bias[e];
+  }
+}
+
+// 4099 experts (no vector width divides it), logits from −60 to 60 with ±0, ±inf and NaN among
+// them, so exp's edges and the double→float narrowing both run in the vector body.
+TEST(MathBitIdentity, RouterScoresEqualElementByElement) {
+  constexpr size_t n = 4099;
+  const std::vector<float> a = RandomActivations(n, 11, 20.0f), b = RandomActivations(n, 12, 0.5f);
+  std::vector<double> logits(n);
+  for (size_t e = 0; e < n; ++e) logits[e] = static_cast<double>(a[e]) * 1.000000123;
+  logits[5] = 0.0;
+  logits[6] = -0.0;
+  logits[7] = std::numeric_limits<double>::infinity();
+  logits[8] = -std::numeric_limits<double>::infinity();
+  logits[9] = std::nan("");
+  logits[10] = 1e300;  // beyond float: narrows to inf
+  std::vector<float> s(n), c(n), s_ref(n), c_ref(n);
+  RouterScores(logits.data(), b.data(), static_cast<int64_t>(n), s.data(), c.data());
+  RouterScoresOne(logits, b, s_ref, c_ref);
+  for (size_t e = 0; e < n; ++e) {
+    ASSERT_EQ(Bits(s[e]), Bits(s_ref[e])) << "s[" << e << "] of logit " << logits[e];
+    ASSERT_EQ(Bits(c[e]), Bits(c_ref[e])) << "c[" << e << "] of logit " << logits[e];
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/hash.h"
+#include "common/status.h"
 
 namespace k3::run {
 
@@ -31,6 +32,10 @@ struct MediaSpan {
 // Rows the engine already holds for a tower input (MediaSpan::input), or null: what lets an
 // image re-sent with a conversation skip the tower (the scheduler looks in its prompt cache).
 using MediaLookup = std::function<const MediaSpan*(const Hash128& input)>;
+
+// Encodes a request's images at its admission (Request::encode_media): the spans that replace
+// its media, the rows `held` finds bound again instead of running the tower.
+using MediaEncoder = std::function<Result<std::vector<MediaSpan>>(const MediaLookup& held)>;
 
 // The spans of a sequence that overlap positions [0, length), in order. Two prefixes with the
 // same tokens are the same input only when these agree (same first, rows and id).

@@ -204,13 +204,13 @@ Status Model::RunLayer(int L, const ops::LayerWeights& w, std::span<const Segmen
   // row.
   const auto t0 = Clock::now();
   K3_RETURN_IF_ERROR(ops::BeginAttention(w, dims_, T, s));
-  attention_segments_.clear();
+  std::vector<ops::AttentionSegment> sequences;
   int64_t first = 0;
   for (const Segment& seg : segments) {
-    attention_segments_.push_back({first, seg.n, state_of(seg)});
+    sequences.push_back({first, seg.n, state_of(seg)});
     first += seg.n;
   }
-  K3_RETURN_IF_ERROR(ops::LayerAttentionAll(L, w, dims_, attention_segments_, s));
+  K3_RETURN_IF_ERROR(ops::LayerAttentionAll(L, w, dims_, sequences, s));
   ops::EndAttention(w, dims_, s);
   const double attention = Since(t0);
   times_.attention += attention;

@@ -131,7 +131,6 @@ class Model {
   int64_t experts_routed_ = 0;
   const std::atomic<bool>* interrupt_ = nullptr;
   RemoteExperts* remote_ = nullptr;
-  std::vector<ops::AttentionSegment> attention_segments_;  // RunLayer's, kept for its capacity
 };
 
 }  // namespace k3::run

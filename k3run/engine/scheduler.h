@@ -82,7 +82,7 @@ struct Request {
   // --batch encode here, so only admitted requests hold image rows. Its argument finds rows the
   // prompt cache's snapshots hold for a tower input (media.h MediaLookup): a conversation
   // re-sent with its images runs the tower only for the new ones.
-  std::function<Result<std::vector<MediaSpan>>(const MediaLookup& held)> encode_media;
+  MediaEncoder encode_media;
   int64_t max_tokens = 0;        // tokens to generate; 0 = prefill only
   SamplerOptions sampling;       // greedy by default
   uint64_t seed = 0;

@@ -2,6 +2,7 @@
 #include "k3run/ops/moe.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "k3run/kernels/router_dot.h"
 #include "k3run/kernels/thread_pool.h"
@@ -41,32 +42,16 @@ void RowsOf(const Routing& r, int32_t expert, std::vector<int64_t>* rows) {
     if (r.idx[static_cast<size_t>(s)] == expert) rows->push_back(s);
 }
 
-SlotsByExpert::SlotsByExpert(const Routing& r) : r_(r) {
-  if (r.idx.empty()) return;
-  const auto [lo, hi] = std::minmax_element(r.idx.begin(), r.idx.end());
-  lo_ = *lo;
-  const int64_t span = int64_t{*hi} - lo_ + 1;
-  if (span > (int64_t{1} << 24)) return;  // first_ stays empty: AppendRowsOf scans
-  first_.assign(static_cast<size_t>(span) + 1, 0);
-  for (int32_t e : r.idx) ++first_[static_cast<size_t>(e - lo_) + 1];  // counts, shifted by one
-  for (size_t i = 1; i < first_.size(); ++i) first_[i] += first_[i - 1];
-  slots_.resize(r.idx.size());
-  std::vector<int64_t> at(first_.begin(), first_.end() - 1);
-  for (size_t s = 0; s < r.idx.size(); ++s) {
-    slots_[static_cast<size_t>(at[static_cast<size_t>(r.idx[s] - lo_)]++)] =
-        static_cast<int64_t>(s);
-  }
+SlotsByExpert::SlotsByExpert(const Routing& r) {
+  by_expert_.reserve(r.idx.size());
+  for (size_t s = 0; s < r.idx.size(); ++s) by_expert_.emplace_back(r.idx[s], static_cast<int64_t>(s));
+  std::sort(by_expert_.begin(), by_expert_.end());
 }
 
 void SlotsByExpert::AppendRowsOf(int32_t expert, std::vector<int64_t>* rows) const {
-  if (first_.empty()) {
-    if (!r_.idx.empty()) RowsOf(r_, expert, rows);
-    return;
-  }
-  const int64_t i = int64_t{expert} - lo_;
-  if (i < 0 || i + 1 >= static_cast<int64_t>(first_.size())) return;
-  rows->insert(rows->end(), slots_.begin() + first_[static_cast<size_t>(i)],
-               slots_.begin() + first_[static_cast<size_t>(i) + 1]);
+  auto it = std::lower_bound(by_expert_.begin(), by_expert_.end(),
+                             std::pair<int32_t, int64_t>{expert, std::numeric_limits<int64_t>::min()});
+  for (; it != by_expert_.end() && it->first == expert; ++it) rows->push_back(it->second);
 }
 
 void MoeBegin(const MoeWeights& w, const Dims& d, const float* x, int64_t T, MoeScratch* s) {

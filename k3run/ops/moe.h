@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "k3run/ops/weights.h"
@@ -44,19 +45,17 @@ std::vector<int32_t> SelectedExperts(const Routing& r);
 // The rows (flat slot index t·topk + j, ascending) routed to `expert`, appended to *rows.
 void RowsOf(const Routing& r, int32_t expert, std::vector<int64_t>* rows);
 
-// RowsOf for every expert of a routing from one pass over it (RowsOf is a pass per expert: a
-// prefill's 256 rows × 16 slots × ~900 experts per layer).
+// RowsOf for every expert of a routing from one sort of its slots (RowsOf is a pass per expert:
+// a prefill's 256 rows × 16 slots × ~900 experts per layer).
 class SlotsByExpert {
  public:
-  explicit SlotsByExpert(const Routing& r);  // r must outlive it
+  explicit SlotsByExpert(const Routing& r);
   // What RowsOf(r, expert, rows) appends.
   void AppendRowsOf(int32_t expert, std::vector<int64_t>* rows) const;
 
  private:
-  const Routing& r_;               // for ids spread too wide to index (never from Route)
-  int64_t lo_ = 0;                 // the smallest id routed to
-  std::vector<int64_t> first_;     // id − lo_ → its rows in slots_: [first_[i], first_[i + 1])
-  std::vector<int64_t> slots_;     // grouped by id, ascending within each
+  // (expert id, slot) for every slot, sorted: grouped by id, slots ascending within each.
+  std::vector<std::pair<int32_t, int64_t>> by_expert_;
 };
 
 // What one MoE block holds between MoeBegin and MoeCombine.

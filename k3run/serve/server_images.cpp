@@ -143,7 +143,7 @@ bool LoadRequestImages(ServerVision& v, ApiRequest* r, std::vector<ImageInput>* 
   return true;
 }
 
-std::function<Result<std::vector<MediaSpan>>(const MediaLookup&)> MediaEncoderFor(
+MediaEncoder MediaEncoderFor(
     VisionEncoder* encoder, int32_t pad, std::vector<int32_t> prompt,
     std::vector<ImageInput> images, std::shared_ptr<ImageStats> stats) {
   auto held = std::make_shared<std::pair<std::vector<int32_t>, std::vector<ImageInput>>>(

@@ -63,10 +63,11 @@ bool DecodeDataUrl(std::string_view url, std::string* bytes, std::string* why);
 bool LoadRequestImages(ServerVision& v, ApiRequest* r, std::vector<ImageInput>* images,
                        ApiError* error);
 
-// Request::encode_media for a prompt whose pads hold `images`: runs the tower on each (engine
-// thread) whose rows the scheduler does not hold already, and binds the rows to its run of pads. `stats` (may be null; must outlive the call):
-// images, tokens, tower and vision.bin read time, for the request's log line.
-std::function<Result<std::vector<MediaSpan>>(const MediaLookup&)> MediaEncoderFor(
+// Request::encode_media for a prompt whose pads hold `images`: runs the tower (engine thread) on
+// each whose rows the scheduler does not hold already, and binds the rows to its run of pads.
+// `stats` (may be null; must outlive the call): images, tokens, tower and vision.bin read time,
+// for the request's log line.
+MediaEncoder MediaEncoderFor(
     VisionEncoder* encoder, int32_t pad, std::vector<int32_t> prompt,
     std::vector<ImageInput> images, std::shared_ptr<ImageStats> stats = nullptr);
 

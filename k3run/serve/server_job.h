@@ -37,7 +37,7 @@ struct Job {
   ResponseMeta meta;
   std::shared_ptr<TokenConstraint> constraint;  // structured output (structured_output.h)
   // Images: their rows, encoded at admission on the engine thread (server_images.h); null: none.
-  std::function<Result<std::vector<MediaSpan>>(const MediaLookup&)> encode_media;
+  MediaEncoder encode_media;
   std::shared_ptr<ImageStats> image_stats;  // what encode_media did (engine thread)
   int64_t id = -1;             // the scheduler's
   int64_t submitted_ns = 0;

@@ -29,12 +29,18 @@ volatile float g_m = 0.9999f;
 volatile float g_c = 1e-4f;
 constexpr int64_t kFmaIters = int64_t{1} << 18;
 
+// Independent FMA chains per path: at least latency × pipes on current cores, within the
+// register file (avx2: 12 + 2 of 16 ymm; avx512: 16 + 2 of 32 zmm).
+constexpr int kScalarChains = 16;
+constexpr int kAvx2Chains = 12;
+constexpr int kAvx512Chains = 16;
+
 float FmaChainsScalar(int64_t iters, float m, float c) {
-  float a[16];
-  for (int k = 0; k < 16; ++k) a[k] = 0.001f * static_cast<float>(k);
+  float a[kScalarChains];
+  for (int k = 0; k < kScalarChains; ++k) a[k] = 0.001f * static_cast<float>(k);
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 16
-    for (int k = 0; k < 16; ++k) a[k] = std::fmaf(a[k], m, c);
+    for (int k = 0; k < kScalarChains; ++k) a[k] = std::fmaf(a[k], m, c);
   }
   float s = 0;
   for (float v : a) s += v;
@@ -42,7 +48,7 @@ float FmaChainsScalar(int64_t iters, float m, float c) {
 }
 
 __attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters, float m, float c) {
-  constexpr int kChains = 12;  // ≥ latency × pipes on current cores; 12 + 2 of 16 ymm registers
+  constexpr int kChains = kAvx2Chains;
   __m256 a[kChains];
   for (int k = 0; k < kChains; ++k) a[k] = _mm256_set1_ps(0.001f * static_cast<float>(k));
   const __m256 mv = _mm256_set1_ps(m), cv = _mm256_set1_ps(c);
@@ -55,7 +61,7 @@ __attribute__((target("avx2,fma"))) float FmaChainsAvx2(int64_t iters, float m, 
 }
 
 __attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters, float m, float c) {
-  constexpr int kChains = 16;  // 16 + 2 of 32 zmm registers
+  constexpr int kChains = kAvx512Chains;
   __m512 a[kChains];
   for (int k = 0; k < kChains; ++k) a[k] = _mm512_set1_ps(0.001f * static_cast<float>(k));
   const __m512 mv = _mm512_set1_ps(m), cv = _mm512_set1_ps(c);
@@ -69,7 +75,9 @@ __attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters, float m,
 
 // Lane-FMAs one chain call of `isa` performs.
 double LaneFmasPerCall(Isa isa, int64_t iters) {
-  const double lanes = isa == Isa::kScalar ? 16.0 : isa == Isa::kAvx2 ? 12.0 * 8 : 16.0 * 16;
+  const double lanes = isa == Isa::kScalar ? kScalarChains
+                       : isa == Isa::kAvx2 ? kAvx2Chains * 8.0
+                                           : kAvx512Chains * 16.0;
   return lanes * static_cast<double>(iters);
 }
 

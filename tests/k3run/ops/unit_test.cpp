@@ -337,7 +337,7 @@ TEST(Moe, SlotsByExpertAppendWhatRowsOfAppends) {
   std::vector<int64_t> rows;
   none.AppendRowsOf(0, &rows);
   EXPECT_TRUE(rows.empty());
-  Routing wide;  // ids too far apart to index: found by scanning
+  Routing wide;  // ids far apart
   wide.T = 3;
   wide.topk = 1;
   wide.idx = {1 << 25, 0, 1 << 25};

@@ -209,6 +209,100 @@ void Activations(const Elem* w, int64_t cols, int64_t rows, const float* x, int6
   }
 }
 
+// Prefill widths (T >= kPanelMinT): the tiles above transpose a group's columns again for every
+// 4 activations, and those shuffles and conversions cost about as much as the FMAs. Here a
+// 16-row pair's columns are transposed once per block of kPanelCols into a panel of doubles
+// (panel[c][l] = w[r + l][c]) that every activation then reads with plain loads, kPanelTile
+// activations at a time. The accumulators live in `out` between blocks (row t's 16 sums of the
+// pair are contiguous there), so each (row, activation) still adds its columns in ascending
+// order with the same fma(w, x, acc): the same bits. Stack buffers only (no std::vector: see
+// kernels_internal.h).
+constexpr int64_t kPanelMinT = 8;
+constexpr int64_t kPanelCols = 128;  // a panel: 16 rows × 128 columns × 8 B = 16 KiB
+constexpr int kPanelTile = 8;        // 8 activations × 2 groups = 16 accumulators
+constexpr int64_t kPairRows = 2 * kRowsPerGroup;
+
+// acc = out + t·rows + r for NX activations (stride `rows`); xd [NX][kPanelCols]; n columns.
+template <int NX>
+void PanelTile(const double* panel, int64_t n, const double* xd, double* acc, int64_t rows) {
+  __m512d a[NX][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < NX; ++i) {
+    a[i][0] = _mm512_loadu_pd(acc + i * rows);
+    a[i][1] = _mm512_loadu_pd(acc + i * rows + kRowsPerGroup);
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    const __m512d p0 = _mm512_load_pd(panel + c * kPairRows);
+    const __m512d p1 = _mm512_load_pd(panel + c * kPairRows + kRowsPerGroup);
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; ++i) {
+      const __m512d xb = _mm512_set1_pd(xd[i * kPanelCols + c]);
+      a[i][0] = _mm512_fmadd_pd(p0, xb, a[i][0]);
+      a[i][1] = _mm512_fmadd_pd(p1, xb, a[i][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < NX; ++i) {
+    _mm512_storeu_pd(acc + i * rows, a[i][0]);
+    _mm512_storeu_pd(acc + i * rows + kRowsPerGroup, a[i][1]);
+  }
+}
+
+// Rows [r, r + 16) for all T activation rows.
+template <typename Elem>
+void Pair(const Elem* w, int64_t cols, int64_t rows, const float* x, int64_t T, double* out,
+          int64_t r) {
+  alignas(64) double panel[kPanelCols * kPairRows];
+  alignas(64) double xd[kPanelTile * kPanelCols];
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t l = 0; l < kPairRows; ++l) out[t * rows + r + l] = 0.0;
+  }
+  const int64_t whole = cols / kColsPerStep * kColsPerStep;  // the rest: ragged, below
+  for (int64_t cb = 0; cb < whole; cb += kPanelCols) {
+    const int64_t n = whole - cb < kPanelCols ? whole - cb : kPanelCols;
+    for (int64_t c = 0; c < n; c += kColsPerStep) {
+      __m256 f[2][kColsPerStep];
+      Columns(w, cols, r, cb + c, f[0]);
+      Columns(w, cols, r + kRowsPerGroup, cb + c, f[1]);
+#pragma GCC unroll 8
+      for (int k = 0; k < kColsPerStep; ++k) {
+        _mm512_store_pd(panel + (c + k) * kPairRows, _mm512_cvtps_pd(f[0][k]));
+        _mm512_store_pd(panel + (c + k) * kPairRows + kRowsPerGroup, _mm512_cvtps_pd(f[1][k]));
+      }
+    }
+    for (int64_t t = 0; t < T; t += kPanelTile) {
+      const int64_t nx = T - t < kPanelTile ? T - t : kPanelTile;
+      for (int64_t i = 0; i < nx; ++i) {
+        for (int64_t c = 0; c < n; c += kColsPerStep) {
+          _mm512_store_pd(xd + i * kPanelCols + c,
+                          _mm512_cvtps_pd(_mm256_loadu_ps(x + (t + i) * cols + cb + c)));
+        }
+      }
+      double* acc = out + t * rows + r;
+      switch (nx) {
+        case 8: PanelTile<8>(panel, n, xd, acc, rows); break;
+        case 7: PanelTile<7>(panel, n, xd, acc, rows); break;
+        case 6: PanelTile<6>(panel, n, xd, acc, rows); break;
+        case 5: PanelTile<5>(panel, n, xd, acc, rows); break;
+        case 4: PanelTile<4>(panel, n, xd, acc, rows); break;
+        case 3: PanelTile<3>(panel, n, xd, acc, rows); break;
+        case 2: PanelTile<2>(panel, n, xd, acc, rows); break;
+        default: PanelTile<1>(panel, n, xd, acc, rows); break;
+      }
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {  // the ragged columns, still ascending
+    for (int64_t l = 0; l < kPairRows; ++l) {
+      const int64_t row = r + l;
+      double s = out[t * rows + row];
+      for (int64_t i = whole; i < cols; ++i) {
+        s = s + Widen(w[row * cols + i]) * static_cast<double>(x[t * cols + i]);
+      }
+      out[t * rows + row] = s;
+    }
+  }
+}
+
 #undef K3_ALWAYS_INLINE
 
 }  // namespace
@@ -217,6 +311,16 @@ void RouterRowsAvx512(const Matrix& w, const float* x, int64_t T, double* out, i
                       int64_t r1) {
   // Whole 8-row groups here; the last < 8 rows take the scalar body (same operations per row).
   const int64_t whole = r0 + (r1 - r0) / kRowsPerGroup * kRowsPerGroup;
+  if (T >= kPanelMinT) {  // whole 16-row pairs through panels; an 8-row group left below
+    const int64_t pairs_end = r0 + (whole - r0) / kPairRows * kPairRows;
+    for (; r0 < pairs_end; r0 += kPairRows) {
+      if (w.type == WeightType::kBF16) {
+        Pair(static_cast<const uint16_t*>(w.data), w.cols, w.rows, x, T, out, r0);
+      } else {
+        Pair(static_cast<const float*>(w.data), w.cols, w.rows, x, T, out, r0);
+      }
+    }
+  }
   if (w.type == WeightType::kBF16) {
     Activations(static_cast<const uint16_t*>(w.data), w.cols, w.rows, x, T, out, r0, whole);
   } else {

@@ -18,4 +18,11 @@ void FoldAttnRes(const float* norm, const float* proj, int64_t E, float* fold);
 void AttnRes(const float* const* sources, int64_t m, const float* fold, int64_t E, float eps,
              float* out);
 
+// AttnRes of R rows that share fold, m sources each: sources [R·m], row r's at [r·m, r·m + m);
+// out[r] gets row r's result, the bits of AttnRes on those sources alone. The rows' 2·R·m double
+// sums advance together (each a serial chain in its own order), so their adds overlap where one
+// row's m sums would wait on the add latency.
+void AttnResRows(const float* const* sources, int64_t R, int64_t m, const float* fold, int64_t E,
+                 float eps, float* const* out);
+
 }  // namespace k3::ops

@@ -24,16 +24,28 @@ BlockStack BlockStack::Make(int64_t T, int64_t hidden, int64_t capacity) {
 namespace {
 
 // h_t ← AttnRes([blocks_t…, prefix_t]) for every token; rows are independent, so they run on
-// the compute threads (each row computed by one thread, the same way on any).
+// the compute threads in units of kAggregateRows (each row computed by one thread, the same way
+// on any; AttnResRows overlaps the unit's sums).
+constexpr int64_t kAggregateRows = 4;
+
 void Aggregate(const BlockStack& blocks, const float* prefix, const Vec& norm, const Vec& proj,
                float eps, int64_t E, int64_t T, float* h) {
   std::vector<float> fold(static_cast<size_t>(E));
   FoldAttnRes(norm.data(), proj.data(), E, fold.data());
-  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
-    std::vector<const float*> src(static_cast<size_t>(blocks.count + 1));
-    for (int64_t k = 0; k < blocks.count; ++k) src[static_cast<size_t>(k)] = blocks.at(t, k);
-    src[static_cast<size_t>(blocks.count)] = prefix + t * E;
-    AttnRes(src.data(), blocks.count + 1, fold.data(), E, eps, h + t * E);
+  const int64_t m = blocks.count + 1;
+  const int64_t units = (T + kAggregateRows - 1) / kAggregateRows;
+  kernels::ParallelChunks(kernels::Threads(), units, [&](int64_t u) {
+    const int64_t t0 = u * kAggregateRows;
+    const int64_t R = T - t0 < kAggregateRows ? T - t0 : kAggregateRows;
+    std::vector<const float*> s(static_cast<size_t>(R * m));
+    float* out[kAggregateRows];
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t t = t0 + r;
+      for (int64_t k = 0; k < blocks.count; ++k) s[static_cast<size_t>(r * m + k)] = blocks.at(t, k);
+      s[static_cast<size_t>(r * m + blocks.count)] = prefix + t * E;
+      out[r] = h + t * E;
+    }
+    AttnResRows(s.data(), R, m, fold.data(), E, eps, out);
   });
 }
 

@@ -365,12 +365,15 @@ int main(int argc, char** argv) {
             [isa, w = &w, threads](benchmark::State& s) { BmRouter(s, isa, w, threads, 1); })
             ->UseRealTime()
             ->Unit(benchmark::kNanosecond);
-        // A decode pass of 8 sequences routes 8 rows per layer with one read of the gate.
-        benchmark::RegisterBenchmark(
-            (RouterName(w.m.rows, w.m.cols, threads, isa) + "/T:8").c_str(),
-            [isa, w = &w, threads](benchmark::State& s) { BmRouter(s, isa, w, threads, 8); })
-            ->UseRealTime()
-            ->Unit(benchmark::kNanosecond);
+        // A decode pass of 8 sequences routes 8 rows per layer with one read of the gate; a
+        // prefill chunk many more (AVX-512: panels from T = 8 on).
+        for (int64_t T : {8, 64}) {
+          benchmark::RegisterBenchmark(
+              (RouterName(w.m.rows, w.m.cols, threads, isa) + "/T:" + std::to_string(T)).c_str(),
+              [isa, w = &w, threads, T](benchmark::State& s) { BmRouter(s, isa, w, threads, T); })
+              ->UseRealTime()
+              ->Unit(benchmark::kNanosecond);
+        }
       }
     }
   }

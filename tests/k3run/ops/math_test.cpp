@@ -440,11 +440,55 @@ TEST(MathBitIdentity, AttnResEqualsElementByElement) {
     for (float& x : src.back()) x = std::isfinite(x) && std::fabs(x) < 1e6f ? x : 1.0f;
     ptr.push_back(src.back().data());
   }
-  const std::vector<float> fold = RandomActivations(static_cast<size_t>(E), 20, 0.2f);
+  std::vector<float> fold = RandomActivations(static_cast<size_t>(E), 20, 0.2f);
+  for (float& f : fold) f = std::isfinite(f) && std::fabs(f) < 1e6f ? f : 0.5f;  // finite scores
   std::vector<float> out(static_cast<size_t>(E)), want(static_cast<size_t>(E));
   AttnRes(ptr.data(), m, fold.data(), E, 1e-6f, out.data());
   AttnResOne(src, fold, E, 1e-6f, want);
   for (int64_t i = 0; i < E; ++i) ASSERT_EQ(Bits(out[i]), Bits(want[i])) << "out[" << i << "]";
+}
+
+// Several rows at once (Aggregate's units): each row's output has the bits of the one-row
+// evaluation, for 1..5 rows and source counts below, at and across the 8 sums advanced together.
+TEST(MathBitIdentity, AttnResRowsEqualsEachRowAlone) {
+  constexpr int64_t E = 77;
+  // A finite fold (RandomActivations mixes in ±inf and 1e30, which make every score ±inf/NaN
+  // and every output the same whatever the sums).
+  std::vector<float> fold(static_cast<size_t>(E));
+  std::mt19937 fold_rng(21);
+  std::normal_distribution<float> fold_d(0.0f, 0.2f);
+  for (float& f : fold) f = fold_d(fold_rng);
+  for (int64_t R = 1; R <= 5; ++R) {
+    for (int64_t m : {1, 2, 3, 7, 8, 9, 17}) {
+      std::vector<std::vector<std::vector<float>>> rows(static_cast<size_t>(R));
+      std::vector<const float*> ptr;
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t k = 0; k < m; ++k) {
+          // Normal values of a different scale per source (no shared edge values: the keys'
+          // norms and the scores differ, so a sum given to the wrong source shows).
+          std::mt19937 rng(static_cast<uint32_t>(100 + 31 * r + k + 7 * m));
+          std::normal_distribution<float> d(0.0f, 0.5f + 0.25f * static_cast<float>(k + r));
+          std::vector<float> v(static_cast<size_t>(E));
+          for (float& x : v) x = d(rng);
+          rows[static_cast<size_t>(r)].push_back(std::move(v));
+        }
+        for (const auto& v : rows[static_cast<size_t>(r)]) ptr.push_back(v.data());
+      }
+      std::vector<std::vector<float>> got(static_cast<size_t>(R), std::vector<float>(E));
+      std::vector<float*> out;
+      for (auto& g : got) out.push_back(g.data());
+      AttnResRows(ptr.data(), R, m, fold.data(), E, 1e-6f, out.data());
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<float> want(static_cast<size_t>(E));
+        AttnResOne(rows[static_cast<size_t>(r)], fold, E, 1e-6f, want);
+        for (int64_t i = 0; i < E; ++i) {
+          ASSERT_EQ(Bits(got[static_cast<size_t>(r)][static_cast<size_t>(i)]),
+                    Bits(want[static_cast<size_t>(i)]))
+              << "R=" << R << " m=" << m << " row " << r << " out[" << i << "]";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -44,9 +44,15 @@ void KdaDecay(const float* z, const float* A_log, const float* dt_bias, int64_t 
 // One head, one token of the delta rule on S [D][D]:
 //   S[i][:] ← α_i·S[i][:];  u = Sᵀk;  S[i][j] ← S[i][j] + (k_i·β)·(v_j − u_j);  o = Sᵀq̃
 // with q̃ ALREADY scaled by fp32(1/sqrtf(D)) by the caller; sums over i ascending in fp32.
-// o [D] must not overlap the inputs (it is used as scratch before the output is written).
+// o [D] must not overlap the inputs.
 void KdaRecurrenceStep(float* S, const float* q_scaled, const float* k, const float* v,
                        const float* alpha, float beta, int64_t D, float* o);
+// n tokens of one head in order, with one pass over S per token (the step makes two): the bits
+// of n KdaRecurrenceStep calls. q_scaled, k, v and o hold token t at t·stride (D floats each),
+// alpha at t·alpha_stride, beta at t·beta_stride; o may not overlap the inputs.
+void KdaRecurrenceRun(float* S, const float* q_scaled, const float* k, const float* v,
+                      int64_t stride, const float* alpha, int64_t alpha_stride, const float* beta,
+                      int64_t beta_stride, int64_t n, int64_t D, float* o);
 
 // What the recurrence and the conv histories consume, row by row, for rows that may be discarded
 // (speculative drafts, DESIGN.md §11.4). With these, keeping the first r rows is a replay of r

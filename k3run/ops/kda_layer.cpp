@@ -114,26 +114,33 @@ void KdaAttendMany(const KdaWeights& w, const Dims& d, std::span<const KdaSegmen
     const float* gate = r->gate.data() + g.first * P;
     const float* b = r->b.data() + g.first * H;
     float* o = r->o.data() + g.first * P;
-    std::vector<float> gd(static_cast<size_t>(D)), alpha(static_cast<size_t>(D));
+    // Steps 3–5 for every row first, then the recurrence over the rows in one run (one pass over
+    // the head's state per row), then steps 7–8: each row's arithmetic is unchanged.
+    std::vector<float> gd(static_cast<size_t>(D)), alpha(static_cast<size_t>(g.n * D)),
+        beta(static_cast<size_t>(g.n));
     for (int64_t t = 0; t < g.n; ++t) {
       float* qt = q + t * P;
       float* kt = k + t * P;
+      float* at = alpha.data() + t * D;
       // 3. per-head L2 norm of q and k; q pre-scaled for the recurrence
       L2Norm(qt + c0, D);
       L2Norm(kt + c0, D);
       for (int64_t i = c0; i < c0 + D; ++i) qt[i] = qt[i] * q_scale;
       // 5. decay for this token and head
       KdaDecay(z + t * P + c0, w.A_log.data() + h, w.dt_bias.data() + c0, 1, D, d.gate_lb,
-               gd.data(), alpha.data());
-      const float beta = Sigmoid(b[t * H + h]);  // 4. β per head
+               gd.data(), at);
+      beta[static_cast<size_t>(t)] = Sigmoid(b[t * H + h]);  // 4. β per head
       if (g.records != nullptr) {
-        RecordHead(g.records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, alpha.data(), beta);
+        RecordHead(g.records, t, h, D, P, qt + c0, kt + c0, v + t * P + c0, at,
+                   beta[static_cast<size_t>(t)]);
       }
-      // 6. recurrence, sequential over t
-      float* oh = o + t * P + c0;
-      KdaRecurrenceStep(st->S.data() + h * D * D, qt + c0, kt + c0, v + t * P + c0,
-                        alpha.data(), beta, D, oh);
+    }
+    // 6. recurrence, sequential over t
+    KdaRecurrenceRun(st->S.data() + h * D * D, q + c0, k + c0, v + c0, P, alpha.data(), D,
+                     beta.data(), 1, g.n, D, o + c0);
+    for (int64_t t = 0; t < g.n; ++t) {
       // 7. head-wise RMSNorm, then 8. sigmoid gate (norm FIRST)
+      float* oh = o + t * P + c0;
       RmsNorm(oh, w.o_norm.data(), D, d.rms_eps, oh);
       const float* gh = gate + t * P + c0;
       for (int64_t j = 0; j < D; ++j) oh[j] = oh[j] * Sigmoid(gh[j]);
@@ -162,14 +169,12 @@ void KdaReplay(const KdaRecords& r, int64_t rows, const Dims& d, KdaState* st) {
   ShortConvPush(r.raw_k.data(), rows, P, K, st->hist_k.data());
   ShortConvPush(r.raw_v.data(), rows, P, K, st->hist_v.data());
   // Per head, the rows in order: the same steps on the same inputs as the pass made.
+  std::vector<float> o(static_cast<size_t>(rows * P));  // the outputs: written, not used
   kernels::ParallelChunks(kernels::Threads(), H, [&](int64_t h) {
-    std::vector<float> o(static_cast<size_t>(D));
-    for (int64_t t = 0; t < rows; ++t) {
-      const int64_t at = t * P + h * D;
-      KdaRecurrenceStep(st->S.data() + h * D * D, r.q.data() + at, r.k.data() + at,
-                        r.v.data() + at, r.alpha.data() + at, r.beta[static_cast<size_t>(t * H + h)],
-                        D, o.data());
-    }
+    const int64_t c0 = h * D;
+    KdaRecurrenceRun(st->S.data() + h * D * D, r.q.data() + c0, r.k.data() + c0,
+                     r.v.data() + c0, P, r.alpha.data() + c0, P, r.beta.data() + h, H, rows, D,
+                     o.data() + c0);
   });
 }
 

@@ -353,6 +353,52 @@ TEST(MathBitIdentity, KdaRecurrenceStepEqualsElementByElement) {
   }
 }
 
+// Several tokens in one run (one pass over S per token, the prefill path and the replay of kept
+// drafts): the state after each run and every token's output have the bits of step after step.
+// Normal values only: with RandomActivations' ±inf and 1e30 edges in q and k, every sum would be
+// inf or NaN whatever the order.
+TEST(MathBitIdentity, KdaRecurrenceRunEqualsStepByStep) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t D : {128, 37}) {
+    for (int64_t n : {1, 2, 5}) {
+      constexpr int64_t kPad = 3;  // token t at t·stride, stride = D + kPad (a head's slice of P)
+      const int64_t stride = D + kPad;
+      std::vector<float> S(static_cast<size_t>(D * D));
+      for (float& x : S) x = 0.5f * nd(rng);
+      std::vector<float> S_ref = S;
+      std::vector<float> q(static_cast<size_t>(n * stride)), k(q.size()), v(q.size()),
+          alpha(static_cast<size_t>(n * D)), beta(static_cast<size_t>(2 * n));
+      for (float& x : q) x = 0.1f * nd(rng);
+      for (float& x : k) x = 0.1f * nd(rng);
+      for (float& x : v) x = nd(rng);
+      for (float& x : alpha) x = 0.5f + 0.5f / (1.0f + std::fabs(nd(rng)));
+      for (float& x : beta) x = 1.0f / (1.0f + std::exp(-nd(rng)));
+      std::vector<float> o(q.size(), -1.0f);
+      for (int run = 0; run < 2; ++run) {  // the state carries from run to run
+        KdaRecurrenceRun(S.data(), q.data(), k.data(), v.data(), stride, alpha.data(), D,
+                         beta.data(), 2, n, D, o.data());
+        for (int64_t t = 0; t < n; ++t) {
+          auto slice = [&](const std::vector<float>& a, int64_t at) {
+            return std::vector<float>(a.begin() + at, a.begin() + at + D);
+          };
+          std::vector<float> o_ref(static_cast<size_t>(D));
+          KdaStepOne(S_ref, slice(q, t * stride), slice(k, t * stride), slice(v, t * stride),
+                     slice(alpha, t * D), beta[static_cast<size_t>(2 * t)], D, o_ref);
+          for (int64_t j = 0; j < D; ++j) {
+            ASSERT_EQ(Bits(o[static_cast<size_t>(t * stride + j)]), Bits(o_ref[static_cast<size_t>(j)]))
+                << "D " << D << " n " << n << " run " << run << " token " << t << " o[" << j << "]";
+          }
+        }
+        for (int64_t i = 0; i < D * D; ++i) {
+          ASSERT_EQ(Bits(S[static_cast<size_t>(i)]), Bits(S_ref[static_cast<size_t>(i)]))
+              << "D " << D << " n " << n << " run " << run << " S[" << i << "]";
+        }
+      }
+    }
+  }
+}
+
 K3_SCALAR_ONLY void RouterScoresOne(const std::vector<double>& logits,
                                     const std::vector<float>& bias, std::vector<float>& s,
                                     std::vector<float>& c) {

@@ -53,14 +53,15 @@ void ExpertWaves::RunWave(size_t wave_begin, ops::MoeScratch* s, ops::MoeStats* 
     slots_.AppendRowsOf(chosen_[ci], &rows_);
     jobs_.push_back(Job{chosen_[ci], first, static_cast<int64_t>(rows_.size()) - first});
   }
-  work_.resize(static_cast<size_t>(ops::ExpertWorkFloats(dims_, static_cast<int64_t>(rows_.size()))));
+  const auto need = static_cast<size_t>(ops::ExpertWorkFloats(dims_, static_cast<int64_t>(rows_.size())));
+  if (s->work.size() < need) s->work.resize(need);
   for (size_t next = 0; next < jobs_.size();) {
     TakeRound(&next, stats);
     kernels::ParallelChunks(kernels::Threads(), static_cast<int64_t>(round_.size()),
                             [&](int64_t i) {
                               const Job& job = *round_[static_cast<size_t>(i)];
                               ops::ExpertForward(*job.w, dims_, rows_.data() + job.first, job.n,
-                                                 work_.data() +
+                                                 s->work.data() +
                                                      ops::ExpertWorkFloats(dims_, job.first),
                                                  s);
                             });

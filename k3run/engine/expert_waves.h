@@ -58,7 +58,6 @@ class ExpertWaves {
   std::vector<Job> jobs_;
   std::vector<const Job*> round_;
   std::vector<int64_t> rows_;
-  std::vector<float> work_;
   double waited_ = 0;
 };
 

@@ -246,7 +246,7 @@ Status Model::RunMoe(int L, const ops::LayerWeights& w, std::span<const Segment>
   ExpertWaves waves(weights_, L, dims_, routing, std::move(local));
   waves.Start();
   GuessNextExperts(L, h, T);
-  ops::MoeScratch moe;
+  ops::MoeScratch& moe = moe_scratch_;  // kept across layers and passes (ops/moe.h)
   ops::MoeBegin(w.moe, dims_, s->a.data(), T, &moe);
   if (!remote.empty()) K3_RETURN_IF_ERROR(remote_->Send(L, routing, remote, moe));
   const size_t missing_before = stats_.missing.size();

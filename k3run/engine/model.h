@@ -128,6 +128,9 @@ class Model {
   int layers_;
   ops::MoeStats stats_;
   PassTimes times_;
+  // The MoE block's buffers, sized by the first pass and reused by every layer after (zeroing
+  // and freeing 8 MB of slots a layer ran on the engine thread alone at prefill).
+  ops::MoeScratch moe_scratch_;
   int64_t experts_routed_ = 0;
   const std::atomic<bool>* interrupt_ = nullptr;
   RemoteExperts* remote_ = nullptr;

@@ -12,6 +12,10 @@ namespace k3::ops {
 // gives the same bits. y may alias x.
 void ShortConv(const float* x, int64_t T, int64_t C, int64_t K, const float* w, float* hist,
                float* y);
+// ShortConv of channels [c0, c1) only (rows still C apart): the same bits for those channels,
+// the others untouched, so disjoint ranges can run on different threads.
+void ShortConvChannels(const float* x, int64_t T, int64_t C, int64_t K, const float* w,
+                       float* hist, float* y, int64_t c0, int64_t c1);
 
 // The history update of ShortConv alone: hist as ShortConv over the same x leaves it.
 void ShortConvPush(const float* x, int64_t T, int64_t C, int64_t K, float* hist);

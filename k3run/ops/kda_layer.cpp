@@ -90,11 +90,24 @@ void KdaAttendMany(const KdaWeights& w, const Dims& d, std::span<const KdaSegmen
       scratch[copies] = *g.state;
       states[i] = &scratch[copies++];
     }
-    // 2. short causal conv with SiLU, each stream with its own taps and carried history
-    ShortConv(q, g.n, P, K, w.q_conv.data(), states[i]->hist_q.data(), q);
-    ShortConv(k, g.n, P, K, w.k_conv.data(), states[i]->hist_k.data(), k);
-    ShortConv(v, g.n, P, K, w.v_conv.data(), states[i]->hist_v.data(), v);
   }
+  // 2. short causal conv with SiLU, each stream with its own taps and carried history; channels
+  // are independent, so (sequence, stream, block of channels) units run on the compute threads.
+  constexpr int64_t kConvBlocks = 4;
+  const int64_t block = (P + kConvBlocks - 1) / kConvBlocks;
+  const int64_t units = static_cast<int64_t>(segments.size()) * 3 * kConvBlocks;
+  kernels::ParallelChunks(kernels::Threads(), units, [&](int64_t u) {
+    const size_t i = static_cast<size_t>(u / (3 * kConvBlocks));
+    const int64_t stream = u / kConvBlocks % 3, c0 = u % kConvBlocks * block;
+    const int64_t c1 = c0 + block < P ? c0 + block : P;
+    const KdaSegment& g = segments[i];
+    if (g.n <= 0) return;
+    std::vector<float>* rows[3] = {&r->q, &r->k, &r->v};
+    const Vec* taps[3] = {&w.q_conv, &w.k_conv, &w.v_conv};
+    std::vector<float>* hist[3] = {&states[i]->hist_q, &states[i]->hist_k, &states[i]->hist_v};
+    float* x = rows[stream]->data() + g.first * P;
+    ShortConvChannels(x, g.n, P, K, taps[stream]->data(), hist[stream]->data(), x, c0, c1);
+  });
 
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(D));  // fp32(1/sqrtf(D))
   // Heads are independent from step 3 on (own slices of q, k, v, decay, state and output), and

@@ -100,8 +100,9 @@ Status BeginLayer(int64_t layer, const LayerWeights& w, const Dims& d, float* h,
   // 4. a_in = RMSNorm(h, input_layernorm)
   s->a.resize(n);
   s->out.resize(n);
-  for (int64_t t = 0; t < T; ++t)
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
     RmsNorm(h + t * E, w.input_layernorm.data(), E, d.rms_eps, s->a.data() + t * E);
+  });
   return Status::Ok();
 }
 
@@ -149,22 +150,27 @@ void EndAttention(const LayerWeights& w, const Dims& d, LayerScratch* s) {
 void MlpInput(const LayerWeights& w, const Dims& d, const BlockStack& blocks, float* h,
               int64_t T, LayerScratch* s) {
   const int64_t E = d.hidden;
-  const size_t n = static_cast<size_t>(T * E);
-  // 6. prefix ← att, or prefix + att
-  for (size_t i = 0; i < n; ++i) {
-    s->prefix[i] = s->prefix_none ? s->out[i] : s->prefix[i] + s->out[i];
-  }
+  // 6. prefix ← att, or prefix + att (element-wise; rows on the compute threads, as below)
+  float* prefix = s->prefix.data();
+  const float* att = s->out.data();
+  const bool none = s->prefix_none;
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
+    for (int64_t i = t * E; i < (t + 1) * E; ++i) prefix[i] = none ? att[i] : prefix[i] + att[i];
+  });
   // 7. pre-MLP aggregation, unconditional
   Aggregate(blocks, s->prefix.data(), w.mlp_res_norm, w.mlp_res_proj, d.rms_eps, E, T, h);
   // 8. m_in = RMSNorm(h, post_attention_layernorm)
-  for (int64_t t = 0; t < T; ++t)
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
     RmsNorm(h + t * E, w.post_attention_layernorm.data(), E, d.rms_eps, s->a.data() + t * E);
+  });
 }
 
 void EndLayer(const Dims& d, int64_t T, const LayerScratch& s, float* h) {
   // 10. output = prefix + mlp
-  const size_t n = static_cast<size_t>(T * d.hidden);
-  for (size_t i = 0; i < n; ++i) h[i] = s.prefix[i] + s.out[i];
+  const int64_t E = d.hidden;
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
+    for (int64_t i = t * E; i < (t + 1) * E; ++i) h[i] = s.prefix[static_cast<size_t>(i)] + s.out[static_cast<size_t>(i)];
+  });
 }
 
 Status DecoderLayer(int64_t layer, const LayerWeights& w, ExpertTable experts, const Dims& d,

@@ -439,7 +439,7 @@ K3_SCALAR_ONLY void ShortConvOne(const std::vector<float>& x, int64_t T, int64_t
       float acc = w[c * K + K - 1] * x[t * C + c];
       for (int64_t j = 0; j < K - 1; ++j) acc += w[c * K + j] * h[j];
       for (int64_t j = 0; j + 1 < K - 1; ++j) h[j] = h[j + 1];
-      h[K - 2] = x[t * C + c];
+      if (K > 1) h[K - 2] = x[t * C + c];
       y[t * C + c] = acc * sigmoid_one(acc);
     }
   }
@@ -455,6 +455,33 @@ TEST(MathBitIdentity, ShortConvEqualsElementByElement) {
   ShortConvOne(x, T, C, K, w, hist_ref, want);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(Bits(y[i]), Bits(want[i])) << "y[" << i << "]";
   for (size_t i = 0; i < hist.size(); ++i) ASSERT_EQ(Bits(hist[i]), Bits(hist_ref[i])) << i;
+}
+
+// The conv over channel ranges (how KdaAttendMany spreads it over threads), in place as there,
+// for every kernel size up to the released 4: each range's bits are the definition's, and the
+// ranges together leave the history as one call does.
+TEST(MathBitIdentity, ShortConvChannelRangesInPlaceEqualElementByElement) {
+  constexpr int64_t T = 5, C = 131;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t K : {1, 2, 4}) {
+    std::vector<float> x(static_cast<size_t>(T * C)), w(static_cast<size_t>(C * K)),
+        hist(static_cast<size_t>(C * (K - 1)));
+    for (float& v : x) v = 2.0f * nd(rng);
+    for (float& v : w) v = 0.5f * nd(rng);
+    for (float& v : hist) v = nd(rng);
+    std::vector<float> hist_ref = hist, want(x.size()), y = x;  // y: in place
+    ShortConvOne(x, T, C, K, w, hist_ref, want);
+    for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, 40}, {40, 41}, {41, 131}}) {
+      ShortConvChannels(y.data(), T, C, K, w.data(), hist.data(), y.data(), c0, c1);
+    }
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(Bits(y[i]), Bits(want[i])) << "K " << K << " y[" << i << "]";
+    }
+    for (size_t i = 0; i < hist.size(); ++i) {
+      ASSERT_EQ(Bits(hist[i]), Bits(hist_ref[i])) << "K " << K << " hist[" << i << "]";
+    }
+  }
 }
 
 K3_SCALAR_ONLY void AttnResOne(const std::vector<std::vector<float>>& src,

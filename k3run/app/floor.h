@@ -69,7 +69,8 @@ struct Bandwidths {
   double kernel_flops_per_s = 0;   // bf16 matvec on cache-resident weights, all threads (2 flops
                                    // per multiply-add)
   double kernel_matmul_flops_per_s = 0;  // the same matrix × 16 activation rows (a prefill
-                                         // chunk's products): the prefill compute floor's peak
+                                         // chunk's products), the best of 20 short windows:
+                                         // the prefill compute floor's peak
   std::string backend;             // the BatchReader backend used
 };
 

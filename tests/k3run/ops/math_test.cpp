@@ -335,9 +335,15 @@ TEST(MathBitIdentity, KdaRecurrenceStepEqualsElementByElement) {
     std::vector<float> S = RandomActivations(static_cast<size_t>(D * D), 3, 0.5f);
     for (float& x : S) x = std::isfinite(x) ? x : 0.5f;  // a state, not the edge values
     std::vector<float> S_ref = S, o(static_cast<size_t>(D)), o_ref(static_cast<size_t>(D));
-    std::vector<float> q = RandomActivations(static_cast<size_t>(D), 4, 0.1f);
-    std::vector<float> k = RandomActivations(static_cast<size_t>(D), 5, 0.1f);
-    const std::vector<float> v = RandomActivations(static_cast<size_t>(D), 6, 1.0f);
+    // q, k and v without RandomActivations' ±inf and 1e30 edges: with them u and the residual
+    // were inf or NaN in most lanes, and the state NaN whatever the order of the sums.
+    auto finite = [](std::vector<float> a) {
+      for (float& x : a) x = std::isfinite(x) && std::fabs(x) < 1e6f ? x : 0.25f;
+      return a;
+    };
+    std::vector<float> q = finite(RandomActivations(static_cast<size_t>(D), 4, 0.1f));
+    std::vector<float> k = finite(RandomActivations(static_cast<size_t>(D), 5, 0.1f));
+    const std::vector<float> v = finite(RandomActivations(static_cast<size_t>(D), 6, 1.0f));
     std::vector<float> alpha(static_cast<size_t>(D));
     for (int64_t i = 0; i < D; ++i) alpha[i] = 0.5f + 0.5f / static_cast<float>(i + 1);
     for (int step = 0; step < 3; ++step) {  // the state carries from step to step

@@ -260,28 +260,26 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
 void Mxfp4RowBlock(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
                    float* y, int64_t r0) {
   using L = Mxfp4Rows;
+  // A tile of 3 at t; the block's first tile prefetches the next rows.
+  auto three = [&](int64_t at) {
+    if (at == 0) {
+      Tile<L, 4, 3, true>(w, rows, cols, x, y, r0, at);
+    } else {
+      Tile<L, 4, 3, false>(w, rows, cols, x, y, r0, at);
+    }
+  };
   int64_t t = 0;
   // the tiles of 4 before the ending; the first prefetches nothing (it needs its registers)
   const int64_t rem = T % 4;
   const int64_t fours = T / 4 - (rem == 1 || rem == 2 ? 1 : 0);
   for (int64_t i = 0; i < fours; ++i, t += 4) Tile<L, 4, 4, false>(w, rows, cols, x, y, r0, t);
   switch (T - t) {
-    case 6:  // the first of the two tiles of 3 prefetches the next rows when it is the first
-      if (t == 0) {
-        Tile<L, 4, 3, true>(w, rows, cols, x, y, r0, t);
-      } else {
-        Tile<L, 4, 3, false>(w, rows, cols, x, y, r0, t);
-      }
-      Tile<L, 4, 3, false>(w, rows, cols, x, y, r0, t + 3);
+    case 6:
+      three(t);
+      three(t + 3);
       break;
     case 5: Tile<L, 4, 5, false>(w, rows, cols, x, y, r0, t); break;
-    case 3:
-      if (t == 0) {
-        Tile<L, 4, 3, true>(w, rows, cols, x, y, r0, t);
-      } else {
-        Tile<L, 4, 3, false>(w, rows, cols, x, y, r0, t);
-      }
-      break;
+    case 3: three(t); break;
     case 2: Tile<L, 4, 2, true>(w, rows, cols, x, y, r0, t); break;  // T = 2 only
     default: break;
   }

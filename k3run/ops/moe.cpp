@@ -152,11 +152,11 @@ void MoeBlock(const MoeWeights& w, ExpertTable experts, const Dims& d, const flo
     }
     jobs.push_back(Job{ew, first, n});
   }
-  std::vector<float> work(static_cast<size_t>(ExpertWorkFloats(d, static_cast<int64_t>(rows.size()))));
+  s.work.resize(static_cast<size_t>(ExpertWorkFloats(d, static_cast<int64_t>(rows.size()))));
   kernels::ParallelChunks(kernels::Threads(), static_cast<int64_t>(jobs.size()), [&](int64_t i) {
     const Job& j = jobs[static_cast<size_t>(i)];
-    ExpertForward(*j.w, d, rows.data() + j.first, j.n, work.data() + ExpertWorkFloats(d, j.first),
-                  &s);
+    ExpertForward(*j.w, d, rows.data() + j.first, j.n,
+                  s.work.data() + ExpertWorkFloats(d, j.first), &s);
   });
   MoeCombine(w, d, r, s, out);
 }

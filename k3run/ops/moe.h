@@ -65,7 +65,8 @@ struct MoeScratch {
   std::vector<float> shared;  // [T][E] shared experts' output (step 9)
   std::vector<float> slots;   // [T][topk][latent] routed expert outputs
   std::vector<char> have;     // [T][topk] whether the slot was written
-  std::vector<float> work;    // ExpertForward's work space for a wave's rows (ExpertWaves)
+  std::vector<float> work;    // ExpertForward's work space for the rows run together
+                              // (MoeBlock: all of them; ExpertWaves: a wave's)
   // A caller that keeps one MoeScratch for every layer (the engine's Model) allocates and
   // clears these once instead of per layer: MoeBegin sizes them, and `slots` is only read where
   // `have` (cleared per call) marks it written.

@@ -326,7 +326,7 @@ void ExpectTheSlotWasFreed(const ServerProcess& s, httplib::Client& c) {
                           &status);
   EXPECT_EQ(status, 200) << r.dump();
   EXPECT_EQ(r["usage"]["completion_tokens"], 4);
-  const std::string log = s.stderr_text();
+  const std::string log = s.StderrOnceItHas("request cmpl-1:");
   const size_t at = log.find("request cmpl-1:");
   ASSERT_NE(at, std::string::npos) << log;
   const std::string line = log.substr(at, log.find('\n', at) - at);

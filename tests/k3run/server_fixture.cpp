@@ -119,6 +119,20 @@ std::string ServerProcess::stderr_text() const {
   return stderr_;
 }
 
+std::string ServerProcess::StderrOnceItHas(const std::string& needle, size_t count,
+                                           double seconds) const {
+  const auto t0 = Clock::now();
+  while (true) {
+    std::string text = stderr_text();
+    size_t seen = 0;
+    for (size_t at = 0; seen < count && (at = text.find(needle, at)) != std::string::npos; ++at) {
+      ++seen;
+    }
+    if (seen >= count || Since(t0) > seconds) return text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 std::optional<int> ServerProcess::WaitExit(double seconds) {
   const auto t0 = Clock::now();
   while (Since(t0) < seconds) {

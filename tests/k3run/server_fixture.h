@@ -33,6 +33,11 @@ class ServerProcess {
   bool WaitReady(double seconds = 120);
   httplib::Client Client() const;
   std::string stderr_text() const;
+  // stderr once `needle` appears in it `count` times (or after `seconds`): a line the server
+  // wrote before answering may still be in the pipe when the answer arrives, since a thread of
+  // ours copies the pipe into stderr_text() and may not have run yet.
+  std::string StderrOnceItHas(const std::string& needle, size_t count = 1,
+                              double seconds = 10) const;
   // Waits for the child to exit: its exit status (waitpid's), or nullopt after `seconds`.
   std::optional<int> WaitExit(double seconds);
 

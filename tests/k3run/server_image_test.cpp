@@ -119,9 +119,10 @@ TEST(ServerImages, OneImageGivesTheCliIdsStreamedAndNot) {
   ASSERT_TRUE(sse.done) << raw;
   EXPECT_EQ(sse.final_chunk["k3"]["generated_ids"].get<std::vector<int32_t>>(), cli);
   // The plan held the tower (PlanBytes(--max-image-tokens)); the request line says what it did.
-  EXPECT_TRUE(Has(s.stderr_text(), "+ vision tower ")) << s.stderr_text();
-  EXPECT_TRUE(Has(s.stderr_text(), ", 1 image (" + std::to_string(g.tokens) + " tokens, tower "))
-      << s.stderr_text();
+  const std::string image_line = ", 1 image (" + std::to_string(g.tokens) + " tokens, tower ";
+  const std::string log = s.StderrOnceItHas(image_line, 2);  // one per request
+  EXPECT_TRUE(Has(log, "+ vision tower ")) << log;
+  EXPECT_TRUE(Has(log, image_line)) << log;
 }
 
 TEST(ServerImages, TwoImagesInOneMessageGiveTheCliIds) {
@@ -185,11 +186,10 @@ TEST(ServerImages, AnImageInTheSecondTurnAndThePromptCache) {
   // The tower ran only for images whose rows no snapshot held: the re-sent first image (same)
   // and the re-sent second image (other) were bound from the cache, once each; the cold
   // server held nothing.
+  const std::string log = s.StderrOnceItHas(", 1 held)", 3, /*seconds=*/2);  // 3: one too many
   size_t held = 0;
-  for (size_t at = 0; (at = s.stderr_text().find(", 1 held)", at)) != std::string::npos; ++at) {
-    ++held;
-  }
-  EXPECT_EQ(held, 2u) << s.stderr_text();
+  for (size_t at = 0; (at = log.find(", 1 held)", at)) != std::string::npos; ++at) ++held;
+  EXPECT_EQ(held, 2u) << log;
   EXPECT_FALSE(Has(cold.stderr_text(), " held)")) << cold.stderr_text();
 }
 

@@ -34,7 +34,8 @@
 // Shapes: MXFP4 experts w1/w3 [moe_inter][latent] and w2 [latent][moe_inter] of the released
 // config (3072, 3584), the bench preset (256, 512) and the small preset (128, 128); bf16 trunk
 // matrices of the released config (12288×7168, routed_expert_down_proj 3584×7168, up_proj
-// 7168×3584) and the bench preset (dense gate 3584×768, down 768×3584, latent down 512×768).
+// 7168×3584) and the bench preset (dense gate 3584×768, down 768×3584, latent down 512×768);
+// and two in-L2 shapes that never rotate (Shape::in_cache): the kernels' rate without memory.
 // The scalar path (the readable reference, ~50× slower) runs only where rows·cols·T ≤ 2^27.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -111,22 +112,28 @@ Pools MakePools(int64_t bf16_elements) {
 
 struct Shape {
   WeightType type;
-  const char* preset;  // released | bench | small
+  const char* preset;  // released | bench | small | in-L2
   const char* what;    // w1/w3, w2, or the trunk tensor
   int64_t rows, cols;
+  // One copy, read by every call: it stays in L2, so the call runs at the kernel's own rate
+  // with no memory stall. Its weight GB/s against the read yardstick says how far the kernel
+  // alone can go; no prefetching can take a DRAM-bound call past it.
+  bool in_cache = false;
 };
 
-// Copies of `s` cut from the pools at consecutive offsets, as many as fit (at least one).
+// Copies of `s` cut from the pools at consecutive offsets, as many as fit (at least one; one
+// for an in-cache shape).
 std::vector<Matrix> Copies(const Pools& p, const Shape& s) {
   std::vector<Matrix> v;
   if (s.type == WeightType::kMXFP4) {
     const int64_t pb = s.rows * s.cols / 2, sb = s.rows * s.cols / kMxfp4GroupSize;
-    for (int64_t k = 0; (k + 1) * pb <= kPoolBytes; ++k) {
+    for (int64_t k = 0; (k + 1) * pb <= kPoolBytes && (k == 0 || !s.in_cache); ++k) {
       v.push_back({s.type, s.rows, s.cols, p.packed.data() + k * pb, p.scales.data() + k * sb});
     }
   } else {
     const int64_t n = s.rows * s.cols;
-    for (int64_t k = 0; (k + 1) * n <= static_cast<int64_t>(p.bf16.size()); ++k) {
+    for (int64_t k = 0; (k + 1) * n <= static_cast<int64_t>(p.bf16.size()) && (k == 0 || !s.in_cache);
+         ++k) {
       v.push_back({s.type, s.rows, s.cols, p.bf16.data() + k * n, nullptr});
     }
   }
@@ -276,6 +283,9 @@ int main(int argc, char** argv) {
       {WeightType::kBF16, "bench", "dense gate", 3584, 768},
       {WeightType::kBF16, "bench", "dense down", 768, 3584},
       {WeightType::kBF16, "bench", "latent down", 512, 768},
+      // The kernels' own ceilings: 68 KB of MXFP4 and 384 KB of bf16, in the 1 MB L2.
+      {WeightType::kMXFP4, "in-L2", "w1/w3 bench", 256, 512, true},
+      {WeightType::kBF16, "in-L2", "dense gate slice", 256, 768, true},
   };
 
   // Yardsticks first, on a quiet pool.

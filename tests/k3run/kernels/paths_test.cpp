@@ -20,7 +20,7 @@ const Shape kF32Shapes[] = {{1, 1},  {3, 7},    {5, 15},    {9, 16},   {17, 17},
                             {7, 33}, {40, 100}, {203, 257}, {64, 515}, {18, 1024}, {301, 515}};
 const Shape kMxfp4Shapes[] = {{1, 32},    {3, 64},   {9, 96},   {17, 160},
                               {203, 256}, {64, 512}, {13, 1024}};
-const int64_t kTs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16};  // every tile mix of both SIMD paths
+const int64_t kTs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};  // T = 1..16: every tile mix
 const int kThreads[] = {1, 2, 3};
 
 std::vector<Shape> ShapesFor(WeightType type) {

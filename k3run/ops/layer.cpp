@@ -23,6 +23,13 @@ BlockStack BlockStack::Make(int64_t T, int64_t hidden, int64_t capacity) {
 
 namespace {
 
+// y_t = RMSNorm(x_t, w) for T rows of E; rows are independent, so they run on the compute threads.
+void RmsNormRows(const float* x, const Vec& w, int64_t E, float eps, int64_t T, float* y) {
+  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
+    RmsNorm(x + t * E, w.data(), E, eps, y + t * E);
+  });
+}
+
 // h_t ← AttnRes([blocks_t…, prefix_t]) for every token; rows are independent, so they run on
 // the compute threads in units of kAggregateRows (each row computed by one thread, the same way
 // on any; AttnResRows overlaps the unit's sums).
@@ -100,9 +107,7 @@ Status BeginLayer(int64_t layer, const LayerWeights& w, const Dims& d, float* h,
   // 4. a_in = RMSNorm(h, input_layernorm)
   s->a.resize(n);
   s->out.resize(n);
-  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
-    RmsNorm(h + t * E, w.input_layernorm.data(), E, d.rms_eps, s->a.data() + t * E);
-  });
+  RmsNormRows(h, w.input_layernorm, E, d.rms_eps, T, s->a.data());
   return Status::Ok();
 }
 
@@ -160,9 +165,7 @@ void MlpInput(const LayerWeights& w, const Dims& d, const BlockStack& blocks, fl
   // 7. pre-MLP aggregation, unconditional
   Aggregate(blocks, s->prefix.data(), w.mlp_res_norm, w.mlp_res_proj, d.rms_eps, E, T, h);
   // 8. m_in = RMSNorm(h, post_attention_layernorm)
-  kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
-    RmsNorm(h + t * E, w.post_attention_layernorm.data(), E, d.rms_eps, s->a.data() + t * E);
-  });
+  RmsNormRows(h, w.post_attention_layernorm, E, d.rms_eps, T, s->a.data());
 }
 
 void EndLayer(const Dims& d, int64_t T, const LayerScratch& s, float* h) {

@@ -103,10 +103,9 @@ void MoeCombine(const MoeWeights& w, const Dims& d, const Routing& r, const MoeS
   const int64_t T = s.T, E = d.hidden, Lt = d.latent, k = d.topk;
   // 6b. acc = Σ_j w_j·y_j in top-k order (fp32, acc starts at 0); 7. aggregate RMSNorm
   // Rows are independent: on the compute threads.
-  std::vector<float> acc(static_cast<size_t>(T * Lt));
+  std::vector<float> acc(static_cast<size_t>(T * Lt), 0.0f);
   kernels::ParallelChunks(kernels::Threads(), T, [&](int64_t t) {
     float* a = acc.data() + t * Lt;
-    for (int64_t i = 0; i < Lt; ++i) a[i] = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t slot = t * k + j;
       if (!s.have[static_cast<size_t>(slot)]) continue;

@@ -125,15 +125,15 @@ struct Shape {
 // for an in-cache shape).
 std::vector<Matrix> Copies(const Pools& p, const Shape& s) {
   std::vector<Matrix> v;
+  const int64_t most = s.in_cache ? 1 : INT64_MAX;
   if (s.type == WeightType::kMXFP4) {
     const int64_t pb = s.rows * s.cols / 2, sb = s.rows * s.cols / kMxfp4GroupSize;
-    for (int64_t k = 0; (k + 1) * pb <= kPoolBytes && (k == 0 || !s.in_cache); ++k) {
+    for (int64_t k = 0; k < most && (k + 1) * pb <= kPoolBytes; ++k) {
       v.push_back({s.type, s.rows, s.cols, p.packed.data() + k * pb, p.scales.data() + k * sb});
     }
   } else {
     const int64_t n = s.rows * s.cols;
-    for (int64_t k = 0; (k + 1) * n <= static_cast<int64_t>(p.bf16.size()) && (k == 0 || !s.in_cache);
-         ++k) {
+    for (int64_t k = 0; k < most && (k + 1) * n <= static_cast<int64_t>(p.bf16.size()); ++k) {
       v.push_back({s.type, s.rows, s.cols, p.bf16.data() + k * n, nullptr});
     }
   }

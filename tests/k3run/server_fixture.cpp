@@ -119,16 +119,18 @@ std::string ServerProcess::stderr_text() const {
   return stderr_;
 }
 
+size_t Occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
 std::string ServerProcess::StderrOnceItHas(const std::string& needle, size_t count,
                                            double seconds) const {
   const auto t0 = Clock::now();
   while (true) {
     std::string text = stderr_text();
-    size_t seen = 0;
-    for (size_t at = 0; seen < count && (at = text.find(needle, at)) != std::string::npos; ++at) {
-      ++seen;
-    }
-    if (seen >= count || Since(t0) > seconds) return text;
+    if (Occurrences(text, needle) >= count || Since(t0) > seconds) return text;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

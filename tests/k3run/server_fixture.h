@@ -51,6 +51,9 @@ class ServerProcess {
   bool reaped_ = false;
 };
 
+// How many times `needle` starts in `text` (overlapping occurrences count too).
+size_t Occurrences(const std::string& text, const std::string& needle);
+
 // A TCP connection to 127.0.0.1:port (-1, and a test failure, when it cannot connect).
 int ConnectLoopback(int port);
 

@@ -187,9 +187,7 @@ TEST(ServerImages, AnImageInTheSecondTurnAndThePromptCache) {
   // and the re-sent second image (other) were bound from the cache, once each; the cold
   // server held nothing.
   const std::string log = s.StderrOnceItHas(", 1 held)", 3, /*seconds=*/2);  // 3: one too many
-  size_t held = 0;
-  for (size_t at = 0; (at = log.find(", 1 held)", at)) != std::string::npos; ++at) ++held;
-  EXPECT_EQ(held, 2u) << log;
+  EXPECT_EQ(Occurrences(log, ", 1 held)"), 2u) << log;
   EXPECT_FALSE(Has(cold.stderr_text(), " held)")) << cold.stderr_text();
 }
 

@@ -198,8 +198,8 @@ struct Totals {
 // A decode pass's roofline floor (null without the start-up probes): the weight bytes it
 // multiplies (the trunk and lm_head, and its distinct routed experts) at the probed memory
 // bandwidth, and its multiply-adds (PassMultiplyAdds per row, each row attending one position:
-// a lower bound) at the probed matmul peak (16 activation rows); the floor is the larger. What
-// "decode tok/s at N sequences" can reach on this machine under the numerics contract.
+// a lower bound) at the probed matmul peak (prefill widths, floor.h); the floor is the larger.
+// What "decode tok/s at N sequences" can reach on this machine under the numerics contract.
 json DecodeFloorJson(const Engine& engine, const BatchContext& ctx, const SchedulerStats& st) {
   if (!ctx.bandwidths || st.decode_passes == 0) return nullptr;
   const Bandwidths& b = *ctx.bandwidths;

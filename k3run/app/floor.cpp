@@ -398,24 +398,40 @@ Status ProbeKernel(const ProbeOptions& o, int threads, Bandwidths* b) {
   const double seconds = Since(t0);
   b->kernel_flops_per_s =
       Rate(2.0 * static_cast<double>(rows * kCols) * static_cast<double>(calls), seconds);
-  // T = 16 rows (a prefill chunk): the peak the prefill's compute floor is taken at.
-  constexpr int64_t kRows = 16;
-  std::vector<float> xs(static_cast<size_t>(kRows * kCols), 0.25f);
-  std::vector<float> ys(static_cast<size_t>(kRows * rows));
-  kernels::MatMul(m, xs.data(), kRows, ys.data());
-  // A peak is the best rate seen: the best of 20 windows, not the average of the whole probe. A
-  // neighbour taking a core for part of it lowered the average (117-150 GFLOP/s within an hour
-  // on this VM), and a floor taken at a low peak flatters the prefill's time ÷ floor.
+  // The prefill's compute floor is taken at the best rate MatMul reaches at prefill widths
+  // (T = 64 activation rows; a chunk is up to 256) on cache-resident weights, over two row
+  // lengths: this matrix (rows of 1024: tiles of 4 activations) and rows of 3072 (long rows:
+  // tiles of 6). T = 16 on this matrix alone, the probe until 2026-12-06, read 148 GFLOP/s on
+  // this machine where the same kernel ran the bench preset's prefill products at 190-220: a
+  // floor taken at a peak that reads low flatters time ÷ floor.
+  constexpr int64_t kRows = 64;
+  constexpr int64_t kLongCols = 3072;
+  const int64_t long_rows = 64 * int64_t{threads};
+  K3_ASSIGN_OR_RETURN(AlignedBuffer lbuf, AlignedBuffer::Allocate(
+                                              static_cast<size_t>(long_rows * kLongCols) * 2, 64));
+  uint16_t* lw = reinterpret_cast<uint16_t*>(lbuf.data());
+  for (int64_t i = 0; i < long_rows * kLongCols; ++i) lw[i] = w[i % (rows * kCols)];
+  const kernels::Matrix long_m{kernels::WeightType::kBF16, long_rows, kLongCols, lw, nullptr};
+  K3_RETURN_IF_ERROR(kernels::ValidateMatrix(long_m, "bandwidth probe matrix (long rows)"));
+  const kernels::Matrix* shapes[] = {&m, &long_m};
+  std::vector<float> xs(static_cast<size_t>(kRows * kLongCols), 0.25f);
+  std::vector<float> ys(static_cast<size_t>(kRows * (rows > long_rows ? rows : long_rows)));
+  for (const kernels::Matrix* s : shapes) kernels::MatMul(*s, xs.data(), kRows, ys.data());
+  // A peak is the best rate seen: the best of 20 short windows, not the average of the whole
+  // probe. A neighbour taking a core for part of it lowered the average (117-150 GFLOP/s within
+  // an hour on this VM), and a floor taken at a low peak flatters the prefill's time ÷ floor.
+  // The windows alternate between the shapes.
   const double window = o.seconds_per_probe / 40;
-  const double flops_per_call = 2.0 * static_cast<double>(rows * kCols * kRows);
   double best = 0;
   int64_t windows = 0;
   const auto t1 = Clock::now();
-  while (windows < 2 || Since(t1) < o.seconds_per_probe / 2) {
+  while (windows < 4 || Since(t1) < o.seconds_per_probe / 2) {
+    const kernels::Matrix& s = *shapes[windows % 2];
+    const double flops_per_call = 2.0 * static_cast<double>(s.rows * s.cols * kRows);
     int64_t mm_calls = 0;
     const auto w0 = Clock::now();
     while (mm_calls < 2 || Since(w0) < window) {
-      kernels::MatMul(m, xs.data(), kRows, ys.data());
+      kernels::MatMul(s, xs.data(), kRows, ys.data());
       ++mm_calls;
       sink = sink + ys[0];
     }

@@ -23,7 +23,9 @@
 //   memory:  XOR-reduce of a 1 GiB buffer (beyond the caches; capped by the plan), all threads.
 //   kernel:  bf16 MatMul (T = 1) on 128 rows × 1024 columns per thread (each thread's 256 KiB
 //            share stays in its own L2), so the figure is the kernel's peak, not memory's; then
-//            the same matrix with T = 16 activation rows (half the probe time each).
+//            MatMul with T = 64 activation rows on that matrix and on 64 rows × 3072 per thread
+//            (tiles of 4 and of 6), windows alternating, the best window (half the probe time
+//            each).
 // Every timed probe runs at least twice its unit (batch, request, pass, call).
 // Non-goals: predicting the page cache (every weight read here is O_DIRECT); timing guarantees
 // (a slow disk gives fewer bytes, never more than one batch beyond seconds_per_probe).
@@ -68,9 +70,9 @@ struct Bandwidths {
   double memory_bytes_per_s = 0;   // streaming read of a buffer far larger than the caches
   double kernel_flops_per_s = 0;   // bf16 matvec on cache-resident weights, all threads (2 flops
                                    // per multiply-add)
-  double kernel_matmul_flops_per_s = 0;  // the same matrix × 16 activation rows (a prefill
-                                         // chunk's products), the best of 20 short windows:
-                                         // the prefill compute floor's peak
+  double kernel_matmul_flops_per_s = 0;  // bf16 × 64 activation rows (prefill widths), cache-
+                                         // resident, the best of 20 short windows over two
+                                         // row lengths: the prefill compute floor's peak
   std::string backend;             // the BatchReader backend used
 };
 

@@ -95,8 +95,8 @@ std::optional<FloorResult> RunFloor(const RunReport& r);
 
 // The prefill against its compute floor (issue 30 item 3): 2 flops × the prefill step's
 // multiply-adds (StepRecord::multiply_adds: PassMultiplyAdds, a lower bound of its work) ÷ the
-// kernels' peak measured at start-up with 16 activation rows (Bandwidths::
-// kernel_matmul_flops_per_s, cache-resident bf16). time_over_floor = prefill seconds ÷ that
+// kernels' peak measured at start-up at prefill widths (Bandwidths::kernel_matmul_flops_per_s,
+// cache-resident bf16, floor.h). time_over_floor = prefill seconds ÷ that
 // floor. Nullopt without bandwidths, a prefill step (index 0, tokens_in > 0, seconds > 0) or
 // its multiply-adds.
 struct PrefillFloor {

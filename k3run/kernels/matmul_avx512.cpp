@@ -63,9 +63,9 @@ struct Bf16Rows {
 // not a shuffle) and a per-lane shift brings one nibble to the low 4 bits of each dword, which
 // is all permutexvar reads. That puts the elements of a 16-block in the lane order kMxfp4Order
 // (lane 2j: element j, lane 2j+1: element 8+j; j < 8) instead of 0..15: Tile permutes x the
-// same way and puts the accumulator back in contract order before the reduction, so each
-// contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in ascending order, and the
-// bits are the contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
+// same way, so each contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in
+// ascending order, and the reduction (SixteenSums) takes the lanes where they are: the bits
+// are the contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
 struct Mxfp4Rows {
   static constexpr int kVectors = 2;
   static constexpr bool kPermuted = true;
@@ -102,24 +102,83 @@ struct Mxfp4Rows {
   }
 };
 
-// The fixed tree of matmul.h, operands in the same order as the scalar a_l + a_{l+w}.
-float Reduce(__m512 a) {
-  const __m256 lo8 = _mm512_castps512_ps256(a);
-  const __m256 hi8 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-  const __m256 s8 = _mm256_add_ps(lo8, hi8);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
+// The fixed tree of matmul.h for up to 16 accumulators at once, in four levels of "pair two
+// vectors, add": level k gathers the lower operands of the tree's step k from two vectors into
+// one and the upper into another, so one add makes that step for both (half the adds and
+// shuffles of reducing each accumulator alone, whose upper lanes idle). Each add is the
+// scalar's a_l + a_{l+w} (lower contract index first), so the bits are the tree's. The loads of
+// a permuted loader (lane 2j: element j, lane 2j+1: element 8+j) already pair the first step's
+// operands in neighbouring lanes, so they need no permute back to contract order: only the
+// first two levels' shuffles differ. Slot s of `in` ends in lane kLaneOfSlot[s] of the result;
+// callers place accumulator j in the slot whose lane is j. Why: the bench preset's experts have
+// rows of 256 columns, and one accumulator's reduction and permute back cost about as much as
+// a quarter of its FMAs (MXFP4 512×256 at T = 4 ran 45 % slower than 32×4096).
+template <bool kPermuted>
+struct SixteenSums {
+  // lane[s]: where slot s lands; slot[l]: the slot whose sum lands in lane l
+  static constexpr int kLaneOfSlot[16] = {
+      kPermuted ? 0 : 0,   kPermuted ? 1 : 4,   kPermuted ? 4 : 8,   kPermuted ? 5 : 12,
+      kPermuted ? 8 : 1,   kPermuted ? 9 : 5,   kPermuted ? 12 : 9,  kPermuted ? 13 : 13,
+      kPermuted ? 2 : 2,   kPermuted ? 3 : 6,   kPermuted ? 6 : 10,  kPermuted ? 7 : 14,
+      kPermuted ? 10 : 3,  kPermuted ? 11 : 7,  kPermuted ? 14 : 11, kPermuted ? 15 : 15};
+  // Level 1 (a_l + a_{l+8}), level 2 (+4), level 3 (+2), level 4 (+1): `lo` and `hi` of a pair.
+  template <int kLevel>
+  static __m512 Step(__m512 a, __m512 b) {
+    constexpr bool kBlocks = kPermuted ? (kLevel == 2 || kLevel == 3) : (kLevel <= 2);
+    constexpr int kLo = kPermuted ? (kLevel == 2 ? _MM_SHUFFLE(1, 0, 1, 0) : _MM_SHUFFLE(2, 0, 2, 0))
+                                  : (kLevel == 1   ? _MM_SHUFFLE(1, 0, 1, 0)
+                                     : kLevel == 3 ? _MM_SHUFFLE(1, 0, 1, 0)
+                                                   : _MM_SHUFFLE(2, 0, 2, 0));
+    constexpr int kHi = kPermuted ? (kLevel == 2 ? _MM_SHUFFLE(3, 2, 3, 2) : _MM_SHUFFLE(3, 1, 3, 1))
+                                  : (kLevel == 1   ? _MM_SHUFFLE(3, 2, 3, 2)
+                                     : kLevel == 3 ? _MM_SHUFFLE(3, 2, 3, 2)
+                                                   : _MM_SHUFFLE(3, 1, 3, 1));
+    if constexpr (kBlocks) {
+      return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, kLo), _mm512_shuffle_f32x4(a, b, kHi));
+    } else {
+      return _mm512_add_ps(_mm512_shuffle_ps(a, b, kLo), _mm512_shuffle_ps(a, b, kHi));
+    }
+  }
+  static __m512 Reduce(const __m512 (&in)[16]) {
+    __m512 v[8], w[4], x[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) v[i] = Step<1>(in[2 * i], in[2 * i + 1]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) w[i] = Step<2>(v[2 * i], v[2 * i + 1]);
+    x[0] = Step<3>(w[0], w[1]);
+    x[1] = Step<3>(w[2], w[3]);
+    return Step<4>(x[0], x[1]);
+  }
+};
+
+// Stores the RB×TB sums of a tile: y[(t0 + t)·rows + r0 + r] = acc[r][t] reduced, 16 at a time
+// (accumulator j = t·RB + r; unused slots hold zeros, whose sums are dropped).
+template <bool kPermuted, int RB, int TB>
+void StoreSums(const __m512 (&acc)[RB][TB], int64_t rows, float* y, int64_t r0, int64_t t0) {
+  using S = SixteenSums<kPermuted>;
+  constexpr int kN = RB * TB;
+#pragma GCC unroll 2
+  for (int g = 0; g < kN; g += 16) {
+    __m512 in[16];
+#pragma GCC unroll 16
+    for (int s = 0; s < 16; ++s) {
+      const int j = g + S::kLaneOfSlot[s];
+      in[s] = j < kN ? acc[j % RB][j / RB] : _mm512_setzero_ps();
+    }
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, S::Reduce(in));
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; ++l) {
+      const int j = g + l;
+      if (j < kN) y[(t0 + j / RB) * rows + r0 + j % RB] = sums[l];
+    }
+  }
 }
 
 // The lane order of a permuted loader (Mxfp4Rows): lane p holds element kMxfp4Order[p] of a
-// 16-block; kMxfp4Restore[l] is the lane that holds element l.
+// 16-block.
 __m512i Mxfp4Order() {
   return _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-}
-__m512i Mxfp4Restore() {
-  return _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
 // RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
@@ -200,12 +259,7 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
       for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_mask3_fmadd_ps(wv, xv[t], acc[r][t], k);
     }
   }
-  for (int r = 0; r < RB; ++r) {
-    for (int t = 0; t < TB; ++t) {
-      if constexpr (L::kPermuted) acc[r][t] = _mm512_permutexvar_ps(Mxfp4Restore(), acc[r][t]);
-      y[(t0 + t) * rows + r0 + r] = Reduce(acc[r][t]);
-    }
-  }
+  StoreSums<L::kPermuted, RB, TB>(acc, rows, y, r0, t0);
 }
 
 // All activation rows for weight rows [r0, r0+RB), in tiles of up to kTB activations.

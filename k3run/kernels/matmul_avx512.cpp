@@ -108,14 +108,15 @@ struct Mxfp4Rows {
 // shuffles of reducing each accumulator alone, whose upper lanes idle). Each add is the
 // scalar's a_l + a_{l+w} (lower contract index first), so the bits are the tree's. The loads of
 // a permuted loader (lane 2j: element j, lane 2j+1: element 8+j) already pair the first step's
-// operands in neighbouring lanes, so they need no permute back to contract order: only the
-// first two levels' shuffles differ. Slot s of `in` ends in lane kLaneOfSlot[s] of the result;
-// callers place accumulator j in the slot whose lane is j. Why: the bench preset's experts have
-// rows of 256 columns, and one accumulator's reduction and permute back cost about as much as
-// a quarter of its FMAs (MXFP4 512×256 at T = 4 ran 45 % slower than 32×4096).
+// operands in neighbouring lanes, so they need no permute back to contract order: the two
+// layouts differ in the shuffles of levels 1-3. Slot s of `in` ends in lane kLaneOfSlot[s] of
+// the result; callers place accumulator j in the slot whose lane is j. Why: the bench preset's
+// experts have rows of 256 columns, and one accumulator's reduction and permute back cost
+// about as much as a quarter of its FMAs (MXFP4 512×256 at T = 4 ran 45 % slower than
+// 32×4096).
 template <bool kPermuted>
 struct SixteenSums {
-  // lane[s]: where slot s lands; slot[l]: the slot whose sum lands in lane l
+  // kLaneOfSlot[s]: the lane of Reduce's result that holds slot s's sum
   static constexpr int kLaneOfSlot[16] = {
       kPermuted ? 0 : 0,   kPermuted ? 1 : 4,   kPermuted ? 4 : 8,   kPermuted ? 5 : 12,
       kPermuted ? 8 : 1,   kPermuted ? 9 : 5,   kPermuted ? 12 : 9,  kPermuted ? 13 : 13,

@@ -415,7 +415,7 @@ Status ProbeKernel(const ProbeOptions& o, int threads, Bandwidths* b) {
   K3_RETURN_IF_ERROR(kernels::ValidateMatrix(long_m, "bandwidth probe matrix (long rows)"));
   const kernels::Matrix* shapes[] = {&m, &long_m};
   std::vector<float> xs(static_cast<size_t>(kRows * kLongCols), 0.25f);
-  std::vector<float> ys(static_cast<size_t>(kRows * (rows > long_rows ? rows : long_rows)));
+  std::vector<float> ys(static_cast<size_t>(kRows * std::max(rows, long_rows)));
   for (const kernels::Matrix* s : shapes) kernels::MatMul(*s, xs.data(), kRows, ys.data());
   // A peak is the best rate seen: the best of 20 short windows, not the average of the whole
   // probe. A neighbour taking a core for part of it lowered the average (117-150 GFLOP/s within

@@ -109,31 +109,28 @@ struct Mxfp4Rows {
 // scalar's a_l + a_{l+w} (lower contract index first), so the bits are the tree's. The loads of
 // a permuted loader (lane 2j: element j, lane 2j+1: element 8+j) already pair the first step's
 // operands in neighbouring lanes, so they need no permute back to contract order: the two
-// layouts differ in the shuffles of levels 1-3. Slot s of `in` ends in lane kLaneOfSlot[s] of
+// layouts differ in the shuffles of levels 1-3. Slot s of `in` ends in lane LaneOfSlot(s) of
 // the result; callers place accumulator j in the slot whose lane is j. Why: the bench preset's
 // experts have rows of 256 columns, and one accumulator's reduction and permute back cost
 // about as much as a quarter of its FMAs (MXFP4 512×256 at T = 4 ran 45 % slower than
 // 32×4096).
 template <bool kPermuted>
 struct SixteenSums {
-  // kLaneOfSlot[s]: the lane of Reduce's result that holds slot s's sum
-  static constexpr int kLaneOfSlot[16] = {
-      kPermuted ? 0 : 0,   kPermuted ? 1 : 4,   kPermuted ? 4 : 8,   kPermuted ? 5 : 12,
-      kPermuted ? 8 : 1,   kPermuted ? 9 : 5,   kPermuted ? 12 : 9,  kPermuted ? 13 : 13,
-      kPermuted ? 2 : 2,   kPermuted ? 3 : 6,   kPermuted ? 6 : 10,  kPermuted ? 7 : 14,
-      kPermuted ? 10 : 3,  kPermuted ? 11 : 7,  kPermuted ? 14 : 11, kPermuted ? 15 : 15};
-  // Level 1 (a_l + a_{l+8}), level 2 (+4), level 3 (+2), level 4 (+1): `lo` and `hi` of a pair.
+  // The lane of Reduce's result that holds slot s's sum.
+  static constexpr int LaneOfSlot(int s) {
+    constexpr int kContract[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+    constexpr int kLoaderOrder[16] = {0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15};
+    return kPermuted ? kLoaderOrder[s] : kContract[s];
+  }
+  // Level 1 (a_l + a_{l+8}), level 2 (+4), level 3 (+2), level 4 (+1). Each pairs either the
+  // 128-bit blocks or the lanes within them (kBlocks), taking either the first and second
+  // halves of each four (1,0,1,0 / 3,2,3,2) or its even and odd members (2,0,2,0 / 3,1,3,1).
   template <int kLevel>
   static __m512 Step(__m512 a, __m512 b) {
-    constexpr bool kBlocks = kPermuted ? (kLevel == 2 || kLevel == 3) : (kLevel <= 2);
-    constexpr int kLo = kPermuted ? (kLevel == 2 ? _MM_SHUFFLE(1, 0, 1, 0) : _MM_SHUFFLE(2, 0, 2, 0))
-                                  : (kLevel == 1   ? _MM_SHUFFLE(1, 0, 1, 0)
-                                     : kLevel == 3 ? _MM_SHUFFLE(1, 0, 1, 0)
-                                                   : _MM_SHUFFLE(2, 0, 2, 0));
-    constexpr int kHi = kPermuted ? (kLevel == 2 ? _MM_SHUFFLE(3, 2, 3, 2) : _MM_SHUFFLE(3, 1, 3, 1))
-                                  : (kLevel == 1   ? _MM_SHUFFLE(3, 2, 3, 2)
-                                     : kLevel == 3 ? _MM_SHUFFLE(3, 2, 3, 2)
-                                                   : _MM_SHUFFLE(3, 1, 3, 1));
+    constexpr bool kBlocks = kPermuted ? (kLevel == 2 || kLevel == 3) : kLevel <= 2;
+    constexpr bool kEvens = kPermuted ? kLevel != 2 : kLevel % 2 == 0;
+    constexpr int kLo = kEvens ? _MM_SHUFFLE(2, 0, 2, 0) : _MM_SHUFFLE(1, 0, 1, 0);
+    constexpr int kHi = kEvens ? _MM_SHUFFLE(3, 1, 3, 1) : _MM_SHUFFLE(3, 2, 3, 2);
     if constexpr (kBlocks) {
       return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, kLo), _mm512_shuffle_f32x4(a, b, kHi));
     } else {
@@ -163,7 +160,7 @@ void StoreSums(const __m512 (&acc)[RB][TB], int64_t rows, float* y, int64_t r0, 
     __m512 in[16];
 #pragma GCC unroll 16
     for (int s = 0; s < 16; ++s) {
-      const int j = g + S::kLaneOfSlot[s];
+      const int j = g + S::LaneOfSlot(s);
       in[s] = j < kN ? acc[j % RB][j / RB] : _mm512_setzero_ps();
     }
     alignas(64) float sums[16];

@@ -38,6 +38,7 @@ __m256 WidenBf16(__m128i h) {  // 8 bf16 → 8 fp32, exact
 
 // Loaders: the 16 fp32 weights of row r, columns [c, c+16), or the first n of them.
 struct F32Rows {
+  static constexpr int kStepBytes = 64;  // bytes of a row one Load reads
   const float* base;
   int64_t cols;
   V16 Load(int64_t r, int64_t c) const {
@@ -53,6 +54,7 @@ struct F32Rows {
 };
 
 struct Bf16Rows {
+  static constexpr int kStepBytes = 32;
   const uint16_t* base;
   int64_t cols;
   V16 Load(int64_t r, int64_t c) const {
@@ -72,6 +74,7 @@ struct Bf16Rows {
 };
 
 struct Mxfp4Rows {
+  static constexpr int kStepBytes = 8;
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t cols;
@@ -130,31 +133,26 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) acc[r][t] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   }
-  // Prefetch of the next tile by the tiles RowBlock picks (kPrefetchNext), for short rows, as
-  // in matmul_avx512.cpp
-  // (bf16 with 768 columns streams at 2/3 of the rate of long rows without it).
+  // As in matmul_avx512.cpp: acc stays in registers only while it is indexed by constants
+  // (the loops below are unrolled) and the prefetch of the next tile (by the tiles RowBlock
+  // picks, kPrefetchNext, for short rows: bf16 with 768 columns streams at 2/3 of the rate of
+  // long rows without it) is one pointer with no branch in the loop, walking this tile's own
+  // rows when there is nothing to fetch.
   constexpr int64_t kMaxPrefetchBytes = 16 << 10;
-  const int64_t steps = cols >= 16 ? cols / 16 : 1;
-  const char* pf = static_cast<const char*>(w.RowStart(r0 + RB));
-  int64_t pf_bytes = 0, pf_stride = 0, pf_at = 0;
-  // A template parameter, not a runtime flag: the bookkeeping costs the tiles of 4 activations
-  // registers (bf16 12288×7168 at T = 4..16 ran at 0.5-0.7× with it compiled in).
+  constexpr int64_t kStride = RB * L::kStepBytes;
+  const char* pf = static_cast<const char*>(w.RowStart(r0));
   if constexpr (kPrefetchNext) {
-    const int64_t next_rows = rows - (r0 + RB) < RB ? rows - (r0 + RB) : RB;
-    if (next_rows > 0 && next_rows * w.row_bytes() <= kMaxPrefetchBytes) {
-      pf_bytes = next_rows * w.row_bytes();
-      pf_stride = (pf_bytes + steps - 1) / steps;  // bf16 128 B per step, MXFP4 32
-      w.PrefetchSide(r0 + RB, next_rows);
+    if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+      pf = static_cast<const char*>(w.RowStart(r0 + RB));
+      w.PrefetchSide(r0 + RB, RB);
     }
   }
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
     if constexpr (kPrefetchNext) {
-      if (pf_at < pf_bytes) _mm_prefetch(pf + pf_at, _MM_HINT_T0);
-      if (pf_at + 64 < pf_bytes) _mm_prefetch(pf + pf_at + 64, _MM_HINT_T0);
-      if (pf_at + 128 < pf_bytes) _mm_prefetch(pf + pf_at + 128, _MM_HINT_T0);
-      if (pf_at + 192 < pf_bytes) _mm_prefetch(pf + pf_at + 192, _MM_HINT_T0);
-      pf_at += pf_stride;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+      pf += kStride;
     }
     V16 xv[TB];
 #pragma GCC unroll 16
@@ -173,8 +171,10 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   if (c < cols) {  // the ragged end: lanes past cols keep their value (blend)
     const int64_t n = cols - c;
     const V16 keep = TailMask(n);
+#pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) {
       const V16 xv = LoadPaddedF32(xt[t] + c, n);
+#pragma GCC unroll 16
       for (int r = 0; r < RB; ++r) {
         const V16 wv = w.LoadTail(r0 + r, c, n);
         V16& a = acc[r][t];
@@ -183,7 +183,9 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
       }
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) y[(t0 + t) * rows + r0 + r] = Reduce(acc[r][t]);
   }
 }

@@ -22,6 +22,7 @@ namespace {
 // ragged end of a row (zeros elsewhere). Only kVectors == 1 loaders have a ragged end.
 struct F32Rows {
   static constexpr int kVectors = 1;  // 16-lane vectors per Load
+  static constexpr int kStepBytes = 64;  // bytes of a row one Load reads
   static constexpr bool kPermuted = false;  // lanes in contract order (see Mxfp4Rows)
   // Where Tile's prefetch of the next tile lands: L2 for the streamed bf16/f32 rows (27.7 ->
   // 31.3 GB/s at 768 columns), L1 for MXFP4, whose decode leaves time to spare (21.4 vs 19.1).
@@ -39,6 +40,7 @@ struct F32Rows {
 
 struct Bf16Rows {
   static constexpr int kVectors = 1;
+  static constexpr int kStepBytes = 32;
   static constexpr bool kPermuted = false;
   static constexpr _mm_hint kPrefetchHint = _MM_HINT_T1;
   const uint16_t* base;
@@ -68,6 +70,7 @@ struct Bf16Rows {
 // are the contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
 struct Mxfp4Rows {
   static constexpr int kVectors = 2;
+  static constexpr int kStepBytes = 16;
   static constexpr bool kPermuted = true;
   static constexpr _mm_hint kPrefetchHint = _MM_HINT_T0;
   const uint8_t* packed;
@@ -194,6 +197,12 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
     for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   constexpr int S = L::kVectors;
+  // acc stays in registers only while it is indexed by constants and its address is never
+  // taken: the ragged end's loops are unrolled, and StoreSums gets a copy (`done`, below).
+  // Before, a tile that prefetched stored all its accumulators to the stack at every step
+  // (GCC's store motion gave up on the addressable array): the first tile of 4 activations ran
+  // at 0.4× the speed of the others in cache, and the tiles of 1 activation (every matvec)
+  // stored 8 a step.
   // Prefetch of the next tile's weight rows, by the tiles RowBlock picks (kPrefetchNext; the
   // weights stream from memory) and for short rows: the next tile's rows
   // follow this tile's contiguously, but rows of a few KB end before
@@ -202,30 +211,28 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // prefetched bytes stay small enough not to evict x from L1. A hint: no bits change. With
   // several activations too: bf16 3584×768 at T = 2 streamed at half the rate of T = 1 without.
   constexpr int64_t kMaxPrefetchBytes = 16 << 10;
-  const int64_t steps = cols >= 16 * S ? cols / (16 * S) : 1;  // no <algorithm>: see
-                                                                 // kernels_internal.h
-  const char* pf = static_cast<const char*>(w.RowStart(r0 + RB));
-  int64_t pf_bytes = 0, pf_stride = 0, pf_at = 0;
-  // A template parameter, not a runtime flag: the bookkeeping costs the tiles of 4 activations
-  // registers (bf16 12288×7168 at T = 4..16 ran at 0.5-0.7× with it compiled in).
+  // Each step reads kStepBytes of each of the RB rows; the next RB rows follow these
+  // contiguously, so a pointer advancing kStride bytes a step has them in by the tile's end.
+  // Each step prefetches 4 lines from it, the lines past the stride running ahead (avx2, bf16
+  // with 768 columns from DRAM at T = 2: 19-21 µs a call with them, 25-26 without; f32 at
+  // RB = 8 is half prefetched). The pointer walks this tile's own rows when there is nothing
+  // to fetch (the last block, long rows): hints for lines read anyway, and no branch in the
+  // loop.
+  constexpr int64_t kStride = RB * L::kStepBytes;
+  const char* pf = static_cast<const char*>(w.RowStart(r0));
   if constexpr (kPrefetchNext) {
-    const int64_t next_rows = rows - (r0 + RB) < RB ? rows - (r0 + RB) : RB;
-    if (next_rows > 0 && next_rows * w.row_bytes() <= kMaxPrefetchBytes) {
-      pf_bytes = next_rows * w.row_bytes();
-      // bf16 256 B per step, MXFP4 128 (f32 512: only half is prefetched, 4 lines per step)
-      pf_stride = (pf_bytes + steps - 1) / steps;
-      w.PrefetchSide(r0 + RB, next_rows);
+    if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+      pf = static_cast<const char*>(w.RowStart(r0 + RB));
+      w.PrefetchSide(r0 + RB, RB);
     }
   }
   int64_t c = 0;
   for (; c + 16 * S <= cols; c += 16 * S) {
     __m512 xv[S][TB];
     if constexpr (kPrefetchNext) {
-      if (pf_at < pf_bytes) _mm_prefetch(pf + pf_at, L::kPrefetchHint);
-      if (pf_at + 64 < pf_bytes) _mm_prefetch(pf + pf_at + 64, L::kPrefetchHint);
-      if (pf_at + 128 < pf_bytes) _mm_prefetch(pf + pf_at + 128, L::kPrefetchHint);
-      if (pf_at + 192 < pf_bytes) _mm_prefetch(pf + pf_at + 192, L::kPrefetchHint);
-      pf_at += pf_stride;
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, L::kPrefetchHint);
+      pf += kStride;
     }
 #pragma GCC unroll 16
     for (int v = 0; v < S; ++v) {
@@ -251,13 +258,22 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   if (c < cols) {
     const __mmask16 k = static_cast<__mmask16>((1u << (cols - c)) - 1u);
     __m512 xv[TB];
+#pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) xv[t] = _mm512_maskz_loadu_ps(k, xt[t] + c);
+#pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
       const __m512 wv = w.LoadTail(r0 + r, c, k);
+#pragma GCC unroll 16
       for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_mask3_fmadd_ps(wv, xv[t], acc[r][t], k);
     }
   }
-  StoreSums<L::kPermuted, RB, TB>(acc, rows, y, r0, t0);
+  __m512 done[RB][TB];  // see acc above: passing acc itself by reference kept it in memory
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) done[r][t] = acc[r][t];
+  }
+  StoreSums<L::kPermuted, RB, TB>(done, rows, y, r0, t0);
 }
 
 // All activation rows for weight rows [r0, r0+RB), in tiles of up to kTB activations.

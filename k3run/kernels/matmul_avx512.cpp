@@ -281,23 +281,12 @@ template <class L, int RB, int kTB>
 void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
               int64_t r0) {
   int64_t t = 0;
-  // The next rows are prefetched (see Tile) by a tile of 1 activation and by a first tile of 2
-  // (RowBlock<…, 2> is only used for short rows, see Rows), never by tiles of 4, which need
-  // their registers.
-  if constexpr (kTB <= 2) {
-    if (T == kTB) {
-      Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
-      return;
-    }
-    if (T > kTB) {  // the first tile streams the rows in; the others find them in L1
-      Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
-      t = kTB;
-    }
-  }
-  // bf16/f32 rows short enough for Tile's prefetch: the first tile of 4 prefetches after all
-  // (bf16 3584×768 at T = 4 streamed at a third of T = 1's rate without), long rows keep the
-  // registers.
-  if constexpr (kTB > 2 && !L::kPermuted) {
+  // bf16/f32 rows short enough for Tile's prefetch: the first tile prefetches the next rows
+  // (bf16 3584×768 at T = 4 streamed at a third of T = 1's rate without). Up to 8 activations
+  // (a decode pass of 8 sequences) went in pairs until the tiles stopped storing their
+  // accumulators at every step (see Tile); since, tiles of 4 are faster (bf16 256×768 from
+  // DRAM, one thread, µs a call, pairs -> 4: T = 4 28-32 -> 25-29, T = 8 46-51 -> 37-39).
+  if constexpr (!L::kPermuted) {
     if (T >= kTB && RB * w.row_bytes() <= (16 << 10)) {
       Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
       t = kTB;
@@ -305,14 +294,12 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   }
   for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, false>(w, rows, cols, x, y, r0, t);
   // The rest in a pair, then alone: each decoded weight still feeds every activation it can.
-  if constexpr (kTB > 2) {
-    if (t == 0 && T >= 2) {
-      Tile<L, RB, 2, true>(w, rows, cols, x, y, r0, 0);
-      t = 2;
-    } else if (t + 2 <= T) {
-      Tile<L, RB, 2, false>(w, rows, cols, x, y, r0, t);
-      t += 2;
-    }
+  if (t == 0 && T >= 2) {
+    Tile<L, RB, 2, true>(w, rows, cols, x, y, r0, 0);
+    t = 2;
+  } else if (t + 2 <= T) {
+    Tile<L, RB, 2, false>(w, rows, cols, x, y, r0, t);
+    t += 2;
   }
   for (; t < T; ++t) Tile<L, RB, 1, true>(w, rows, cols, x, y, r0, t);
 }
@@ -360,15 +347,6 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
     for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, true>(w, rows, cols, x, y, r, 0);
-  } else if (T <= 8 && !L::kPermuted && 4 * w.row_bytes() <= (16 << 10)) {
-    // Short bf16/f32 rows (the bench preset's 768 columns), 2..8 activations (a decode pass of
-    // up to 8 sequences): pairs, the first prefetching the next rows, then the rest of the pairs
-    // from L1. Against tiles of 4 (k3_bench_roofline, avx512, bf16 3584×768 from DRAM, weight
-    // GB/s at T = 4 / 8): one thread 9.8 / 7.1 -> 13.4 / 8.4, two 16.8 / 11.9 -> 26.6 / 16.3.
-    // Long rows keep tiles of 4 (12288×7168 at T = 4 ran at 0.8× in pairs), and so do T > 8:
-    // at T = 16 pairs gained little from DRAM (4.5 -> 4.8) and lost a quarter on weights in
-    // cache (the start-up MatMul peak probe, 128×1024 at T = 16: 206 -> 157 GFLOP/s).
-    for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 2>(w, rows, cols, x, T, y, r);
   } else if (!L::kPermuted && T >= 12 && 4 * w.row_bytes() > (16 << 10)) {
     // Long bf16/f32 rows at prefill widths: tiles of 6 activations (24 accumulators), each
     // widened weight feeding 6 FMAs instead of 4. k3_bench_roofline, T = 16, bf16 12288×7168:

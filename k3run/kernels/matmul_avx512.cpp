@@ -182,6 +182,11 @@ __m512i Mxfp4Order() {
   return _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
+// A block of rows is prefetched by the tile before it only if it fits in this, so the prefetched
+// bytes do not evict x from L1. Tile applies it, and the callers that pick prefetching tiles
+// (RowBlock, Rows) test the same bound.
+constexpr int64_t kMaxPrefetchBytes = 16 << 10;
+
 // RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
 // 16-column block are loaded once and used for all TB activations.
 template <class L, int RB, int TB, bool kPrefetchNext>
@@ -203,6 +208,7 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // (GCC's store motion gave up on the addressable array): the first tile of 4 activations ran
   // at 0.4× the speed of the others in cache, and the tiles of 1 activation (every matvec)
   // stored 8 a step.
+  //
   // Prefetch of the next tile's weight rows, by the tiles RowBlock picks (kPrefetchNext; the
   // weights stream from memory) and for short rows: the next tile's rows
   // follow this tile's contiguously, but rows of a few KB end before
@@ -210,7 +216,7 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // columns ran at 2/3 of the rate of 7168). Longer rows are left to the hardware, and the
   // prefetched bytes stay small enough not to evict x from L1. A hint: no bits change. With
   // several activations too: bf16 3584×768 at T = 2 streamed at half the rate of T = 1 without.
-  constexpr int64_t kMaxPrefetchBytes = 16 << 10;
+  //
   // Each step reads kStepBytes of each of the RB rows; the next RB rows follow these
   // contiguously, so a pointer advancing kStride bytes a step has them in by the tile's end.
   // Each step prefetches 4 lines from it, the lines past the stride running ahead (avx2, bf16
@@ -276,10 +282,11 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   StoreSums<L::kPermuted, RB, TB>(done, rows, y, r0, t0);
 }
 
-// All activation rows for weight rows [r0, r0+RB), in tiles of up to kTB activations.
-template <class L, int RB, int kTB>
+// All activation rows for weight rows [r0, r0+RB), in tiles of up to 4 activations.
+template <class L, int RB>
 void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
               int64_t r0) {
+  constexpr int kTB = 4;
   int64_t t = 0;
   // bf16/f32 rows short enough for Tile's prefetch: the first tile prefetches the next rows
   // (bf16 3584×768 at T = 4 streamed at a third of T = 1's rate without). Up to 8 activations
@@ -287,7 +294,7 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   // accumulators at every step (see Tile); since, tiles of 4 are faster (bf16 256×768 from
   // DRAM, one thread, µs a call, pairs -> 4: T = 4 28-32 -> 25-29, T = 8 46-51 -> 37-39).
   if constexpr (!L::kPermuted) {
-    if (T >= kTB && RB * w.row_bytes() <= (16 << 10)) {
+    if (T >= kTB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
       Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
       t = kTB;
     }
@@ -347,7 +354,7 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
     for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, true>(w, rows, cols, x, y, r, 0);
-  } else if (!L::kPermuted && T >= 12 && 4 * w.row_bytes() > (16 << 10)) {
+  } else if (!L::kPermuted && T >= 12 && 4 * w.row_bytes() > kMaxPrefetchBytes) {
     // Long bf16/f32 rows at prefill widths: tiles of 6 activations (24 accumulators), each
     // widened weight feeding 6 FMAs instead of 4. k3_bench_roofline, T = 16, bf16 12288×7168:
     // 77 -> 85 % of the FMA floor on one thread, 73-77 -> 83-84 % on two. Short rows keep the
@@ -367,9 +374,9 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   } else if constexpr (L::kPermuted) {
     for (; r + 4 <= r_end; r += 4) Mxfp4RowBlock(w, rows, cols, x, T, y, r);
   } else {
-    for (; r + 4 <= r_end; r += 4) RowBlock<L, 4, 4>(w, rows, cols, x, T, y, r);
+    for (; r + 4 <= r_end; r += 4) RowBlock<L, 4>(w, rows, cols, x, T, y, r);
   }
-  for (; r < r_end; ++r) RowBlock<L, 1, 4>(w, rows, cols, x, T, y, r);
+  for (; r < r_end; ++r) RowBlock<L, 1>(w, rows, cols, x, T, y, r);
 }
 
 }  // namespace

@@ -27,15 +27,20 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size, size_t alignment) {
 }
 
 Result<AlignedBuffer> AlignedBuffer::AllocateHuge(size_t size) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = AlignUp(size, kHuge);
-  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHuge));
+  const size_t rounded = AlignUp(size, kHugePage);
+  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHugePage));
   if (buf.data_ != nullptr) (void)::madvise(buf.data_, rounded, MADV_HUGEPAGE);
   return buf;
 }
 
 Result<AlignedBuffer> AlignedBuffer::AllocateLarge(size_t size) {
-  return size >= kLargeBytes ? AllocateHuge(size) : Allocate(size, 4096);
+  if (size < kLargeBytes) return Allocate(size, 4096);
+  // Not rounded to 2 MiB: the plan counts these bytes. The kernel backs each whole 2 MiB of the
+  // advised range with a huge page and the tail with 4 KiB pages.
+  const size_t rounded = AlignUp(size, size_t{4096});
+  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHugePage));
+  (void)::madvise(buf.data_, rounded, MADV_HUGEPAGE);
+  return buf;
 }
 
 }  // namespace k3

@@ -35,10 +35,12 @@ class AlignedBuffer {
   // transparent huge pages (a hint the kernel may ignore). Direct I/O pins the buffer's pages on
   // every request; with 4 KiB pages that pinning and the TLB misses cost measurable CPU.
   static Result<AlignedBuffer> AllocateHuge(size_t size);
-  // For buffers whose exact size is accounted (memory plans): AllocateHuge from kLargeBytes up,
-  // where the 2 MiB rounding adds at most 2 MiB to a buffer of ≥ 8 MiB, and plain 4 KiB-aligned
-  // Allocate below it, where that rounding could more than double a small plan.
+  // For buffers whose exact size is accounted (memory plans): from kLargeBytes up, 2 MiB aligned
+  // and advised for huge pages like AllocateHuge, but its size rounded to 4 KiB only, so the
+  // buffer holds what the plan counts (each whole 2 MiB a huge page, the tail 4 KiB pages);
+  // below it, plain 4 KiB-aligned Allocate.
   static constexpr size_t kLargeBytes = size_t{8} << 20;
+  static constexpr size_t kHugePage = size_t{2} << 20;
   static Result<AlignedBuffer> AllocateLarge(size_t size);
 
   uint8_t* data() { return static_cast<uint8_t*>(data_); }

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "common/align.h"
 #include "formats/prepared_layout.h"
 #include "k3run/kernels/matmul.h"
 #include "k3run/kernels/thread_pool.h"
@@ -28,8 +30,7 @@ std::string AbsentReason(const prepared::PreparedDir& p) {
 }  // namespace
 
 struct StreamingWeights::Held {
-  AlignedBuffer run;
-  LayerView view;
+  LayerView view;  // over the layer's run in pinned_arena_
 };
 
 StreamingWeights::StreamingWeights(Env* env, const prepared::PreparedDir* prepared,
@@ -77,14 +78,28 @@ Status StreamingWeights::Init() {
   // Pinned layers are read at start-up, never on first touch.
   Progress pin_progress("pinned trunk layers", plan_.pinned_bytes,
                         plan_.pinned.empty() ? ProgressMode::kNone : options_.progress);
+  // The pinned runs share one buffer, so that all but its last partial 2 MiB can be huge pages:
+  // with a buffer of 4 KiB pages per layer, the trunk's products at prefill widths waited on
+  // their weights at the start of every row block (the hardware prefetcher stops at each 4 KiB
+  // page), and bench-preset prefill took 10-18 % longer (docs/PERFORMANCE.md, "Pinned trunk
+  // in huge pages").
+  std::vector<const prepared::TrunkRun*> runs;
+  uint64_t pinned_bytes = 0;
   for (int layer : plan_.pinned) {
     K3_ASSIGN_OR_RETURN(const prepared::TrunkRun* run, FindTrunkRun(*prepared_, layer));
+    runs.push_back(run);
+    pinned_bytes += AlignUp(run->length, prepared::kRunAlign);
+  }
+  K3_ASSIGN_OR_RETURN(pinned_arena_, AlignedBuffer::AllocateLarge(pinned_bytes));
+  uint8_t* at = pinned_arena_.data();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const int layer = plan_.pinned[i];
     auto h = std::make_unique<Held>();
-    K3_ASSIGN_OR_RETURN(h->run, AlignedBuffer::Allocate(run->length, prepared::kRunAlign));
-    K3_RETURN_IF_ERROR(ReadRun(*run, h->run.data()));
-    K3_RETURN_IF_ERROR(BindLayer(*prepared_, dims_, layer, *run, h->run.data(), &h->view));
+    K3_RETURN_IF_ERROR(ReadRun(*runs[i], at));
+    K3_RETURN_IF_ERROR(BindLayer(*prepared_, dims_, layer, *runs[i], at, &h->view));
     pinned_[static_cast<size_t>(layer)] = std::move(h);
-    pin_progress.Add(run->length);
+    pin_progress.Add(runs[i]->length);
+    at += AlignUp(runs[i]->length, prepared::kRunAlign);
   }
   pin_progress.Finish();
   if (plan_.expert_slots > 0) {
@@ -118,8 +133,8 @@ Status StreamingWeights::Init() {
   lm_head_matrix_ = kernels::Matrix{t, plan_.lm_head_held ? c.vocab : plan_.lm_head_chunk_rows,
                                     dims_.hidden, nullptr, nullptr};
   if (plan_.lm_head_held) {
-    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::Allocate(lm_region_->length,
-                                                          prepared::kResidentAlign));
+    static_assert(prepared::kResidentAlign <= 4096, "AllocateLarge aligns to 4 KiB or more");
+    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::AllocateLarge(lm_region_->length));
     lm_head_matrix_.data = lm_head_.data();
     IoScope io(&io_clock_);
     Status s = resident_->ReadExact(lm_region_->offset, lm_region_->length, lm_head_.data());

@@ -190,6 +190,7 @@ class StreamingWeights final : public WeightSource {
   uint64_t quiet_asks_ = 0;
   int64_t step_ = 0;
   ExpertCache cache_;
+  AlignedBuffer pinned_arena_;  // the pinned layers' runs, each at a kRunAlign offset
   AlignedBuffer arena_;
   std::vector<ops::GluWeights> slot_views_;
   std::unordered_set<uint64_t> failed_;  // record indices that could not be used

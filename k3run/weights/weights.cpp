@@ -137,7 +137,7 @@ Result<RamWeights::LoadedLayer*> RamWeights::LoadLayer(int layer) {
   if (slot) return slot.get();
   K3_ASSIGN_OR_RETURN(const prepared::TrunkRun* run, FindTrunkRun(*prepared_, layer));
   auto l = std::make_unique<LoadedLayer>();
-  K3_ASSIGN_OR_RETURN(l->run, AlignedBuffer::Allocate(run->length, prepared::kRunAlign));
+  K3_ASSIGN_OR_RETURN(l->run, AlignedBuffer::AllocateLarge(run->length));  // huge pages: see StreamingWeights::Open
   K3_RETURN_IF_ERROR(trunk_->ReadExact(run->offset, run->length, l->run.data()));
   counters_.trunk += run->length;
 
@@ -200,7 +200,7 @@ Result<kernels::Matrix> RamWeights::LmHeadRows(int64_t begin, int64_t n) {
   if (lm_head_matrix_.data == nullptr) {
     K3_ASSIGN_OR_RETURN(const Region* r, LmHeadRegion(*prepared_, dims_));
     K3_ASSIGN_OR_RETURN(kernels::WeightType t, LmHeadType(*r));
-    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::Allocate(r->length, prepared::kResidentAlign));
+    K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::AllocateLarge(r->length));
     K3_RETURN_IF_ERROR(resident_->ReadExact(r->offset, r->length, lm_head_.data()));
     counters_.lm_head += r->length;
     lm_head_matrix_ = kernels::Matrix{t, static_cast<int64_t>(r->shape[0]),

@@ -26,21 +26,21 @@ Result<AlignedBuffer> AlignedBuffer::Allocate(size_t size, size_t alignment) {
   return buf;
 }
 
-Result<AlignedBuffer> AlignedBuffer::AllocateHuge(size_t size) {
-  const size_t rounded = AlignUp(size, kHugePage);
-  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHugePage));
-  if (buf.data_ != nullptr) (void)::madvise(buf.data_, rounded, MADV_HUGEPAGE);
+Result<AlignedBuffer> AlignedBuffer::AllocateAdvised(size_t size) {
+  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(size, kHugePage));
+  if (buf.data_ != nullptr) (void)::madvise(buf.data_, size, MADV_HUGEPAGE);
   return buf;
 }
 
+Result<AlignedBuffer> AlignedBuffer::AllocateHuge(size_t size) {
+  return AllocateAdvised(AlignUp(size, kHugePage));
+}
+
 Result<AlignedBuffer> AlignedBuffer::AllocateLarge(size_t size) {
-  if (size < kLargeBytes) return Allocate(size, 4096);
   // Not rounded to 2 MiB: the plan counts these bytes. The kernel backs each whole 2 MiB of the
   // advised range with a huge page and the tail with 4 KiB pages.
-  const size_t rounded = AlignUp(size, size_t{4096});
-  K3_ASSIGN_OR_RETURN(AlignedBuffer buf, Allocate(rounded, kHugePage));
-  (void)::madvise(buf.data_, rounded, MADV_HUGEPAGE);
-  return buf;
+  return size < kLargeBytes ? Allocate(size, kLargeMinAlign)
+                            : AllocateAdvised(AlignUp(size, kLargeMinAlign));
 }
 
 }  // namespace k3

@@ -38,8 +38,9 @@ class AlignedBuffer {
   // For buffers whose exact size is accounted (memory plans): from kLargeBytes up, 2 MiB aligned
   // and advised for huge pages like AllocateHuge, but its size rounded to 4 KiB only, so the
   // buffer holds what the plan counts (each whole 2 MiB a huge page, the tail 4 KiB pages);
-  // below it, plain 4 KiB-aligned Allocate.
+  // below it, plain 4 KiB-aligned Allocate. Either way data() is aligned to kLargeMinAlign.
   static constexpr size_t kLargeBytes = size_t{8} << 20;
+  static constexpr size_t kLargeMinAlign = 4096;
   static constexpr size_t kHugePage = size_t{2} << 20;
   static Result<AlignedBuffer> AllocateLarge(size_t size);
 
@@ -48,6 +49,9 @@ class AlignedBuffer {
   size_t size() const { return size_; }
 
  private:
+  // 2 MiB aligned and advised for huge pages; `size` as given.
+  static Result<AlignedBuffer> AllocateAdvised(size_t size);
+
   void* data_ = nullptr;
   size_t size_ = 0;
 };

@@ -81,8 +81,8 @@ Status StreamingWeights::Init() {
   // The pinned runs share one buffer, so that all but its last partial 2 MiB can be huge pages:
   // with a buffer of 4 KiB pages per layer, the trunk's products at prefill widths waited on
   // their weights at the start of every row block (the hardware prefetcher stops at each 4 KiB
-  // page), and bench-preset prefill took 10-18 % longer (docs/PERFORMANCE.md, "Pinned trunk
-  // in huge pages").
+  // page), and bench-preset prefill took a third longer (median 4.99 s against 3.75 s,
+  // docs/PERFORMANCE.md "Pinned trunk in huge pages").
   std::vector<const prepared::TrunkRun*> runs;
   uint64_t pinned_bytes = 0;
   for (int layer : plan_.pinned) {
@@ -133,7 +133,6 @@ Status StreamingWeights::Init() {
   lm_head_matrix_ = kernels::Matrix{t, plan_.lm_head_held ? c.vocab : plan_.lm_head_chunk_rows,
                                     dims_.hidden, nullptr, nullptr};
   if (plan_.lm_head_held) {
-    static_assert(prepared::kResidentAlign <= 4096, "AllocateLarge aligns to 4 KiB or more");
     K3_ASSIGN_OR_RETURN(lm_head_, AlignedBuffer::AllocateLarge(lm_region_->length));
     lm_head_matrix_.data = lm_head_.data();
     IoScope io(&io_clock_);

@@ -137,7 +137,7 @@ Result<RamWeights::LoadedLayer*> RamWeights::LoadLayer(int layer) {
   if (slot) return slot.get();
   K3_ASSIGN_OR_RETURN(const prepared::TrunkRun* run, FindTrunkRun(*prepared_, layer));
   auto l = std::make_unique<LoadedLayer>();
-  K3_ASSIGN_OR_RETURN(l->run, AlignedBuffer::AllocateLarge(run->length));  // huge pages: see StreamingWeights::Open
+  K3_ASSIGN_OR_RETURN(l->run, AlignedBuffer::AllocateLarge(run->length));  // see StreamingWeights::Init
   K3_RETURN_IF_ERROR(trunk_->ReadExact(run->offset, run->length, l->run.data()));
   counters_.trunk += run->length;
 

@@ -23,10 +23,17 @@
 #include "common/aligned_buffer.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "formats/prepared_layout.h"
 #include "formats/prepared_manifest.h"
 #include "k3run/ops/weights.h"
 
 namespace k3::run {
+
+// Trunk runs and lm_head are read into AlignedBuffer::AllocateLarge buffers (RamWeights,
+// StreamingWeights): its alignment must cover the prepared format's.
+static_assert(prepared::kRunAlign <= AlignedBuffer::kLargeMinAlign &&
+                  prepared::kResidentAlign <= AlignedBuffer::kLargeMinAlign,
+              "AllocateLarge's alignment is below the prepared format's");
 
 // Bytes read from disk, by kind (the report's "bytes read by kind").
 struct ReadCounters {

@@ -38,6 +38,21 @@ class Backoff {
   int us_ = 5;
 };
 
+// The end of a wait of `timeout_s` seconds from now; ≤ 0 never ends.
+class Deadline {
+ public:
+  explicit Deadline(double timeout_s)
+      : timeout_s_(timeout_s), start_(std::chrono::steady_clock::now()) {}
+  bool Passed() const {
+    return timeout_s_ > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                           start_).count() > timeout_s_;
+  }
+
+ private:
+  double timeout_s_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 int Count(size_t words) {
   // Message sizes are bounded by a pass's rows (wire.h); past INT_MAX words MPI's int count
   // cannot say it. A caller never gets here with one that large (kernels bound the rows).
@@ -74,7 +89,7 @@ World::~World() {
 
 Status World::SendAll(std::span<const int> dests, std::span<const std::vector<uint64_t>* const> msgs,
                       int tag, double timeout_s, const std::string& what) {
-  const auto start = std::chrono::steady_clock::now();
+  const Deadline deadline(timeout_s);
   std::vector<MPI_Request> reqs(dests.size(), MPI_REQUEST_NULL);
   for (size_t i = 0; i < dests.size(); ++i) {
     K3_RETURN_IF_ERROR(Check(MPI_Isend(msgs[i]->data(), Count(msgs[i]->size()), MPI_UINT64_T,
@@ -88,8 +103,7 @@ Status World::SendAll(std::span<const int> dests, std::span<const std::vector<ui
                                          MPI_STATUSES_IGNORE),
                              "sending to ranks"));
     if (done) return Status::Ok();
-    if (timeout_s > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
+    if (deadline.Passed()) {
       std::string late;
       for (size_t i = 0; i < reqs.size(); ++i) {
         int one = 0;
@@ -113,7 +127,11 @@ Status World::Send(int dest, const std::vector<uint64_t>& msg, int tag) {
 
 Result<std::vector<uint64_t>> World::Receive(int source, int tag, double timeout_s,
                                              const std::string& what) {
-  const auto start = std::chrono::steady_clock::now();
+  const Deadline deadline(timeout_s);
+  const auto late = [&](const std::string& detail) {
+    return Status::Io(what + ": rank " + std::to_string(source) + " did not answer within " +
+                      std::to_string(static_cast<int64_t>(timeout_s)) + " s" + detail);
+  };
   Backoff backoff;
   MPI_Status st;
   for (;;) {
@@ -121,20 +139,32 @@ Result<std::vector<uint64_t>> World::Receive(int source, int tag, double timeout
     K3_RETURN_IF_ERROR(Check(MPI_Iprobe(source, tag, MPI_COMM_WORLD, &flag, &st),
                              what + ": waiting for rank " + std::to_string(source)));
     if (flag) break;
-    if (timeout_s > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) {
-      return Status::Io(what + ": rank " + std::to_string(source) + " did not answer within " +
-                        std::to_string(static_cast<int64_t>(timeout_s)) + " s");
-    }
+    if (deadline.Passed()) return late("");
     backoff.Wait();
   }
   int count = 0;
   K3_RETURN_IF_ERROR(Check(MPI_Get_count(&st, MPI_UINT64_T, &count), what));
-  std::vector<uint64_t> msg(static_cast<size_t>(std::max(count, 0)));
-  K3_RETURN_IF_ERROR(Check(MPI_Recv(msg.data(), count, MPI_UINT64_T, source, tag, MPI_COMM_WORLD,
-                                    MPI_STATUS_IGNORE),
+  // The probe saw the message begin; its rest may need the sender's progress (a large message
+  // over shared memory without single-copy, or over TCP), and a sender stopped now would hang a
+  // blocking MPI_Recv for ever. So the receive polls against the same deadline.
+  auto msg = std::make_unique<std::vector<uint64_t>>(static_cast<size_t>(std::max(count, 0)));
+  MPI_Request req = MPI_REQUEST_NULL;
+  K3_RETURN_IF_ERROR(Check(MPI_Irecv(msg->data(), count, MPI_UINT64_T, source, tag,
+                                     MPI_COMM_WORLD, &req),
                            what + ": receiving from rank " + std::to_string(source)));
-  return msg;
+  for (;;) {
+    int done = 0;
+    K3_RETURN_IF_ERROR(Check(MPI_Test(&req, &done, MPI_STATUS_IGNORE),
+                             what + ": receiving from rank " + std::to_string(source)));
+    if (done) return std::move(*msg);
+    if (deadline.Passed()) {
+      // A matched receive cannot be cancelled: MPI may still write the rest into this buffer,
+      // so the buffer lives as long as MPI does.
+      abandoned_.push_back(std::move(msg));
+      return late(" (its message began and did not complete)");
+    }
+    backoff.Wait();
+  }
 }
 
 Result<std::vector<std::string>> World::GatherToRoot(const std::string& mine) {

@@ -41,8 +41,9 @@ class World {
   Status SendAll(std::span<const int> dests, std::span<const std::vector<uint64_t>* const> msgs,
                  int tag, double timeout_s = 0, const std::string& what = "sending");
   Status Send(int dest, const std::vector<uint64_t>& msg, int tag);
-  // The next message from `source` with `tag`; `timeout_s` ≤ 0 waits for ever. On the deadline:
-  // kIo "<what>: rank R did not answer within S s".
+  // The next message from `source` with `tag`; `timeout_s` ≤ 0 waits for ever. The deadline
+  // covers the whole message, not only its start: kIo "<what>: rank R did not answer within S s",
+  // and then the run must end (Abort): the late message stays posted.
   Result<std::vector<uint64_t>> Receive(int source, int tag, double timeout_s,
                                         const std::string& what);
   // Every rank's `mine` at rank 0 (index = rank); other ranks get an empty vector.
@@ -56,6 +57,8 @@ class World {
   World() = default;
   int rank_ = 0, size_ = 1;
   std::string host_;
+  // Buffers of receives that passed their deadline mid-message (Receive): MPI may still fill them.
+  std::vector<std::unique_ptr<std::vector<uint64_t>>> abandoned_;
 };
 
 }  // namespace k3::run::mpi

@@ -17,6 +17,10 @@
 //     a 512 MiB buffer (16× the 32 MB L3) in 16-byte loads, 8 independent accumulators each.
 //   fma: K threads run independent fp32 FMA chains in registers (scalar: std::fmaf as the scalar
 //     path calls it; avx2: 12 ymm chains; avx512: 16 zmm chains); G lane-FMA/s.
+//   mxfp4 decode (avx512 only): K threads run the avx512 MXFP4 kernel's arithmetic per 16
+//     weights (variable shift, permutexvar into the group's table, FMA) in registers; GB/s of
+//     MXFP4 weights. Not part of the floor: it is the ceiling the kernel's decode sets, which a
+//     T = 1 call cannot pass however its memory behaves (pct_decode says how close it gets).
 // The roofline of one call: floor = max(weight bytes ÷ read(K), rows·cols·T ÷ fma(ISA, K)).
 //
 // Benchmarks: matmul/<type>/<preset>/<rows>x<cols>/T:<T>/<isa>/threads:<K>, one MatMul call per
@@ -31,6 +35,7 @@
 //   pct_fma        G_lane_FMA/s ÷ fma(ISA, K), in %
 //   pct_roofline   floor ÷ time per call, in %: 100 would be running at whichever yardstick binds
 //   memory_bound   1 when the floor is the memory term, 0 when it is the FMA term
+//   pct_decode     MXFP4 on avx512 only: weight_GB/s ÷ mxfp4 decode(K), in %
 // Shapes: MXFP4 experts w1/w3 [moe_inter][latent] and w2 [latent][moe_inter] of the released
 // config (3072, 3584), the bench preset (256, 512) and the small preset (128, 128); bf16 trunk
 // matrices of the released config (12288×7168, routed_expert_down_proj 3584×7168, up_proj
@@ -73,10 +78,12 @@ double Since(Clock::time_point t0) {
 
 // ---- yardsticks (tests/support/yardsticks.h) ----
 using testing::FmaPeakG;
+using testing::Mxfp4DecodePeakGBs;
 using testing::ReadGBs;
 
 std::map<int, double> g_read_gbs;                  // threads → GB/s
 std::map<std::pair<Isa, int>, double> g_fma_g;     // (isa, threads) → G lane-FMA/s
+std::map<int, double> g_decode_gbs;                // threads → avx512 MXFP4 decode GB/s
 
 // ---- weights: pools of bytes that rotating copies of a matrix are cut from ----
 struct Pools {
@@ -178,6 +185,9 @@ void BmMatMul(benchmark::State& state, const std::vector<Matrix>* copies, int64_
   state.counters["pct_fma"] = 100.0 * fmas / per_call / 1e9 / peak;
   state.counters["pct_roofline"] = 100.0 * std::max(mem_floor, fma_floor) / per_call;
   state.counters["memory_bound"] = mem_floor >= fma_floor ? 1 : 0;
+  if (m.type == WeightType::kMXFP4 && isa == Isa::kAvx512) {
+    state.counters["pct_decode"] = 100.0 * bytes / per_call / 1e9 / g_decode_gbs.at(threads);
+  }
   const auto [it, fresh] = g_best_s.emplace(name, per_call);
   if (!fresh && per_call < it->second) it->second = per_call;
 }
@@ -225,6 +235,12 @@ void PrintSummary(const std::vector<Shape>& shapes, const std::vector<Isa>& isas
   std::fprintf(stderr,
                "cells: weight GB/s · %% of the read yardstick at that thread count · %% of the "
                "roofline floor (ᶠ: the FMA term binds, else memory)\n");
+  for (const auto& [th, gbs] : g_decode_gbs) {
+    std::fprintf(stderr,
+                 "avx512 MXFP4 decode ceiling, %d thread%s: %.1f GB/s = %.0f%% of the read "
+                 "yardstick (a T = 1 call cannot stream its weights faster)\n",
+                 th, th == 1 ? "" : "s", gbs, 100.0 * gbs / g_read_gbs.at(th));
+  }
 }
 
 }  // namespace
@@ -305,6 +321,14 @@ int main(int argc, char** argv) {
         benchmark::AddCustomContext(
             std::string("roofline_fma_G/s_") + IsaName(isa) + "_threads:" + std::to_string(th),
             std::to_string(g_fma_g[{isa, th}]));
+        if (isa == Isa::kAvx512) {
+          g_decode_gbs[th] = Mxfp4DecodePeakGBs(th, g_passes);
+          std::fprintf(stderr, "mxfp4 decode ceiling avx512, %d thread%s: %.2f GB/s\n", th,
+                       th == 1 ? "" : "s", g_decode_gbs[th]);
+          benchmark::AddCustomContext(
+              "mxfp4_decode_GB/s_avx512_threads:" + std::to_string(th),
+              std::to_string(g_decode_gbs[th]));
+        }
       }
     }
     // The yardsticks as benchmarks too (one pass per iteration), so the JSON lists them.

@@ -73,6 +73,41 @@ __attribute__((target("avx512f"))) float FmaChainsAvx512(int64_t iters, float m,
   return _mm512_cvtss_f32(a[0]);
 }
 
+// The avx512 MXFP4 kernel's arithmetic for 16 weights (k3run/kernels/matmul_avx512.cpp,
+// Mxfp4Rows::Load and Tile): a variable shift that brings each lane's nibble to its low bits, a
+// permutexvar into the group's 16-entry fp32 table, one FMA. The packed words, the table and x
+// stay in registers, so nothing here waits on a load; each chain's words feed its next shift.
+constexpr int kDecodeChains = 12;
+
+// GCC 12's permutexvar builds its "don't care" operand as `__m512 __Y = __Y;`, which
+// -Wuninitialized reports (as in matmul_avx512.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) float DecodeChainsAvx512(int64_t iters, float m) {
+  const __m512i shift =
+      _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  const __m512 table = _mm512_setr_ps(0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f, -0.f, -.5f, -1.f,
+                                      -1.5f, -2.f, -3.f, -4.f, -6.f);
+  const __m512 xv = _mm512_set1_ps(m);
+  __m512i q[kDecodeChains];
+  __m512 acc[kDecodeChains];
+  for (int k = 0; k < kDecodeChains; ++k) {
+    q[k] = _mm512_set1_epi64(static_cast<int64_t>(0x0123456789ABCDEFull * (k + 1)));
+    acc[k] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < kDecodeChains; ++k) {
+      q[k] = _mm512_srlv_epi32(q[k], shift);
+      acc[k] = _mm512_fmadd_ps(_mm512_permutexvar_ps(q[k], table), xv, acc[k]);
+    }
+  }
+  for (int k = 1; k < kDecodeChains; ++k) acc[0] = _mm512_add_ps(acc[0], acc[k]);
+  return _mm512_cvtss_f32(acc[0]);
+}
+#pragma GCC diagnostic pop
+
 // Lane-FMAs one chain call of `isa` performs.
 double LaneFmasPerCall(Isa isa, int64_t iters) {
   const double lanes = isa == Isa::kScalar ? kScalarChains
@@ -140,6 +175,24 @@ double FmaPeakG(Isa isa, int threads, int passes) {
   const double rate = BestRate(passes, g, [&] {
     kernels::ParallelChunks(threads, chunks, [&](int64_t k) {
       part[static_cast<size_t>(k)] = FmaChains(isa, iters, m, c);
+    });
+  });
+  float sink = 0;
+  for (float v : part) sink += v;
+  g_fma_sink = sink;
+  return rate;
+}
+
+double Mxfp4DecodePeakGBs(int threads, int passes) {
+  const int64_t chunks = 4 * threads;
+  std::vector<float> part(static_cast<size_t>(chunks));
+  const float m = g_m;
+  // 16 weights a step: 8 packed bytes and half a scale byte (WeightBytes counts both).
+  const double gb = static_cast<double>(chunks) * kDecodeChains * 8.5 *
+                    static_cast<double>(kFmaIters) / 1e9;
+  const double rate = BestRate(passes, gb, [&] {
+    kernels::ParallelChunks(threads, chunks, [&](int64_t k) {
+      part[static_cast<size_t>(k)] = DecodeChainsAvx512(kFmaIters, m);
     });
   });
   float sink = 0;

@@ -8,6 +8,11 @@
 // FMA: `threads` threads run independent fp32 FMA chains held in registers (scalar: std::fmaf
 // on 16 lanes, as the scalar MatMul path calls it; avx2: 12 ymm chains; avx512: 16 zmm chains);
 // G lane-FMA/s. The caller checks kernels::IsaSupported(isa) first.
+// MXFP4 decode (avx512 only; the caller checks kernels::IsaSupported(kAvx512)): `threads`
+// threads run the avx512 MXFP4 kernel's arithmetic for 16 weights (a variable shift, a
+// permutexvar into the group's table, one FMA) in 12 independent chains in registers; GB/s of
+// MXFP4 weights (packed + scales, as the kernel benchmarks count them) it would decode with
+// every load free. A matvec's weights cannot stream faster than this on that path.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,7 @@ namespace k3::testing {
 
 double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes);
 double FmaPeakG(kernels::Isa isa, int threads, int passes);
+double Mxfp4DecodePeakGBs(int threads, int passes);
 
 // The benchmarks' --isa=LIST: comma-separated path names, each resolved against this CPU
 // (kernels::ResolveIsaRequest); the first bad name's error.

@@ -152,6 +152,12 @@ Result<std::vector<uint64_t>> World::Receive(int source, int tag, double timeout
   K3_RETURN_IF_ERROR(Check(MPI_Irecv(msg->data(), count, MPI_UINT64_T, source, tag,
                                      MPI_COMM_WORLD, &req),
                            what + ": receiving from rank " + std::to_string(source)));
+  // Without an MPI progress thread the rest moves only while this rank is inside MPI, so the
+  // first kSpinSeconds test without sleeping, as a blocking receive would; after that the sender
+  // is late, and the waits back off again.
+  constexpr double kSpinSeconds = 0.01;
+  const Deadline spin(kSpinSeconds);
+  Backoff late_backoff;
   for (;;) {
     int done = 0;
     K3_RETURN_IF_ERROR(Check(MPI_Test(&req, &done, MPI_STATUS_IGNORE),
@@ -163,7 +169,7 @@ Result<std::vector<uint64_t>> World::Receive(int source, int tag, double timeout
       abandoned_.push_back(std::move(msg));
       return late(" (its message began and did not complete)");
     }
-    backoff.Wait();
+    if (spin.Passed()) late_backoff.Wait();
   }
 }
 

@@ -138,6 +138,22 @@ double BestRate(int passes, double work, Pass pass) {
   return best;
 }
 
+// Best rate of `threads` threads running chain() in 4 chunks each, `work` units per call; the
+// chains' results go to a sink so nothing folds.
+template <class Chain>
+double ChainsRate(int threads, int passes, double work, Chain chain) {
+  const int64_t chunks = 4 * threads;
+  std::vector<float> part(static_cast<size_t>(chunks));
+  const double rate = BestRate(passes, static_cast<double>(chunks) * work, [&] {
+    kernels::ParallelChunks(threads, chunks,
+                            [&](int64_t k) { part[static_cast<size_t>(k)] = chain(); });
+  });
+  float sink = 0;
+  for (float v : part) sink += v;
+  g_fma_sink = sink;
+  return rate;
+}
+
 }  // namespace
 
 double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes) {
@@ -168,37 +184,16 @@ double ReadGBs(const std::vector<uint64_t>& mem, int threads, int passes) {
 double FmaPeakG(Isa isa, int threads, int passes) {
   // The scalar chains are libm calls, ~10× slower per lane: fewer of them per chunk.
   const int64_t iters = isa == Isa::kScalar ? kFmaIters / 8 : kFmaIters;
-  const int64_t chunks = 4 * threads;
-  std::vector<float> part(static_cast<size_t>(chunks));
   const float m = g_m, c = g_c;
-  const double g = static_cast<double>(chunks) * LaneFmasPerCall(isa, iters) / 1e9;
-  const double rate = BestRate(passes, g, [&] {
-    kernels::ParallelChunks(threads, chunks, [&](int64_t k) {
-      part[static_cast<size_t>(k)] = FmaChains(isa, iters, m, c);
-    });
-  });
-  float sink = 0;
-  for (float v : part) sink += v;
-  g_fma_sink = sink;
-  return rate;
+  return ChainsRate(threads, passes, LaneFmasPerCall(isa, iters) / 1e9,
+                    [&] { return FmaChains(isa, iters, m, c); });
 }
 
 double Mxfp4DecodePeakGBs(int threads, int passes) {
-  const int64_t chunks = 4 * threads;
-  std::vector<float> part(static_cast<size_t>(chunks));
   const float m = g_m;
   // 16 weights a step: 8 packed bytes and half a scale byte (WeightBytes counts both).
-  const double gb = static_cast<double>(chunks) * kDecodeChains * 8.5 *
-                    static_cast<double>(kFmaIters) / 1e9;
-  const double rate = BestRate(passes, gb, [&] {
-    kernels::ParallelChunks(threads, chunks, [&](int64_t k) {
-      part[static_cast<size_t>(k)] = DecodeChainsAvx512(kFmaIters, m);
-    });
-  });
-  float sink = 0;
-  for (float v : part) sink += v;
-  g_fma_sink = sink;
-  return rate;
+  return ChainsRate(threads, passes, kDecodeChains * 8.5 * static_cast<double>(kFmaIters) / 1e9,
+                    [&] { return DecodeChainsAvx512(kFmaIters, m); });
 }
 
 Result<std::vector<Isa>> ParseIsaList(const std::string& list) {

@@ -17,19 +17,17 @@
 namespace k3::kernels::internal {
 namespace {
 
-// Loaders: Load gives the fp32 weights of row r, columns [c, c + 16·kVectors) as kVectors
-// 16-lane vectors (c a multiple of 16·kVectors); LoadTail the first lanes of `k` of 16 at the
-// ragged end of a row (zeros elsewhere). Only kVectors == 1 loaders have a ragged end.
+// Loaders of the rows Tile multiplies, in contract lane order: Load gives the fp32 weights of
+// row r, columns [c, c + 16) (c a multiple of 16); LoadTail the first lanes of `k` of 16 at the
+// ragged end of a row (zeros elsewhere). MXFP4 has its own tile (Mxfp4Tile, below).
 struct F32Rows {
-  static constexpr int kVectors = 1;  // 16-lane vectors per Load
   static constexpr int kStepBytes = 64;  // bytes of a row one Load reads
-  static constexpr bool kPermuted = false;  // lanes in contract order (see Mxfp4Rows)
   // Where Tile's prefetch of the next tile lands: L2 for the streamed bf16/f32 rows (27.7 ->
   // 31.3 GB/s at 768 columns), L1 for MXFP4, whose decode leaves time to spare (21.4 vs 19.1).
   static constexpr _mm_hint kPrefetchHint = _MM_HINT_T1;
   const float* base;
   int64_t cols;
-  void Load(int64_t r, int64_t c, __m512* v) const { v[0] = _mm512_loadu_ps(base + r * cols + c); }
+  __m512 Load(int64_t r, int64_t c) const { return _mm512_loadu_ps(base + r * cols + c); }
   const void* RowStart(int64_t r) const { return base + r * cols; }
   int64_t row_bytes() const { return cols * 4; }
   void PrefetchSide(int64_t, int64_t) const {}
@@ -39,17 +37,15 @@ struct F32Rows {
 };
 
 struct Bf16Rows {
-  static constexpr int kVectors = 1;
   static constexpr int kStepBytes = 32;
-  static constexpr bool kPermuted = false;
   static constexpr _mm_hint kPrefetchHint = _MM_HINT_T1;
   const uint16_t* base;
   int64_t cols;
   static __m512 Widen(__m256i h) {  // bf16 bits become the high half of each fp32: exact
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
-  void Load(int64_t r, int64_t c, __m512* v) const {
-    v[0] = Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * cols + c)));
+  __m512 Load(int64_t r, int64_t c) const {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * cols + c)));
   }
   const void* RowStart(int64_t r) const { return base + r * cols; }
   int64_t row_bytes() const { return cols * 2; }
@@ -60,40 +56,14 @@ struct Bf16Rows {
   }
 };
 
-// MXFP4 rows are loaded a whole scale group (32 elements, 16 bytes) at a time, with ONE shuffle
-// per 16 weights (the LUT's permutexvar): each 8-byte half is broadcast to every qword (a load,
-// not a shuffle) and a per-lane shift brings one nibble to the low 4 bits of each dword, which
-// is all permutexvar reads. That puts the elements of a 16-block in the lane order kMxfp4Order
-// (lane 2j: element j, lane 2j+1: element 8+j; j < 8) instead of 0..15: Tile permutes x the
-// same way, so each contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in
-// ascending order, and the reduction (SixteenSums) takes the lanes where they are: the bits
-// are the contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
+// The MXFP4 rows Mxfp4Tile multiplies (the decode is there).
 struct Mxfp4Rows {
-  static constexpr int kVectors = 2;
-  static constexpr int kStepBytes = 16;
-  static constexpr bool kPermuted = true;
+  static constexpr int kStepBytes = 16;  // packed bytes of a row per 32-weight step
   static constexpr _mm_hint kPrefetchHint = _MM_HINT_T0;
   const uint8_t* packed;
   const uint8_t* scales;
   int64_t cols;
   const Mxfp4LutRow* lut;
-  void Load(int64_t r, int64_t c, __m512* v) const {
-    const uint8_t* p = packed + r * (cols / 2) + c / 2;
-    // Byte m holds element 2m (low nibble) and 2m+1 (high nibble): element e of a dword sits
-    // at bits 4e. Dword lanes of a broadcast qword alternate low (elements 0..7) and high
-    // (elements 8..15) halves; lanes 2j and 2j+1 shift by 4j.
-    const __m512i shift =
-        _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
-    const __m512i q0 =
-        _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m512i q1 =
-        _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
-    const __m512 row =
-        _mm512_load_ps(lut[scales[r * (cols / kMxfp4GroupSize) + c / kMxfp4GroupSize]].v);
-    v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(q0, shift), row);  // elements 0..15
-    v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(q1, shift), row);  // elements 16..31
-  }
-  __m512 LoadTail(int64_t, int64_t, __mmask16) const { return _mm512_setzero_ps(); }
   const void* RowStart(int64_t r) const { return packed + r * (cols / 2); }
   int64_t row_bytes() const { return cols / 2; }
   // The scales of rows [r, r + n): a few lines, fetched once per tile.
@@ -176,8 +146,7 @@ void StoreSums(const __m512 (&acc)[RB][TB], int64_t rows, float* y, int64_t r0, 
   }
 }
 
-// The lane order of a permuted loader (Mxfp4Rows): lane p holds element kMxfp4Order[p] of a
-// 16-block.
+// The lane order of Mxfp4Tile's decode: lane p holds element Mxfp4Order()[p] of a 16-block.
 __m512i Mxfp4Order() {
   return _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
@@ -201,7 +170,6 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
   }
-  constexpr int S = L::kVectors;
   // acc stays in registers only while it is indexed by constants and its address is never
   // taken: the ragged end's loops are unrolled, and StoreSums gets a copy (`done`, below).
   // Before, a tile that prefetched stored all its accumulators to the stack at every step
@@ -233,34 +201,23 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
     }
   }
   int64_t c = 0;
-  for (; c + 16 * S <= cols; c += 16 * S) {
-    __m512 xv[S][TB];
+  for (; c + 16 <= cols; c += 16) {
+    __m512 xv[TB];
     if constexpr (kPrefetchNext) {
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, L::kPrefetchHint);
       pf += kStride;
     }
 #pragma GCC unroll 16
-    for (int v = 0; v < S; ++v) {
-#pragma GCC unroll 16
-      for (int t = 0; t < TB; ++t) {
-        xv[v][t] = _mm512_loadu_ps(xt[t] + c + 16 * v);
-        if constexpr (L::kPermuted) xv[v][t] = _mm512_permutexvar_ps(Mxfp4Order(), xv[v][t]);
-      }
-    }
+    for (int t = 0; t < TB; ++t) xv[t] = _mm512_loadu_ps(xt[t] + c);
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
-      __m512 wv[S];
-      w.Load(r0 + r, c, wv);
+      const __m512 wv = w.Load(r0 + r, c);
 #pragma GCC unroll 16
-      for (int v = 0; v < S; ++v) {
-#pragma GCC unroll 16
-        for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_fmadd_ps(wv[v], xv[v][t], acc[r][t]);
-      }
+      for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
     }
   }
-  // The ragged end (never for a permuted loader: MXFP4 has none): lanes past cols keep their
-  // value (mask3 leaves them).
+  // The ragged end: lanes past cols keep their value (mask3 leaves them).
   if (c < cols) {
     const __mmask16 k = static_cast<__mmask16>((1u << (cols - c)) - 1u);
     __m512 xv[TB];
@@ -279,7 +236,116 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) done[r][t] = acc[r][t];
   }
-  StoreSums<L::kPermuted, RB, TB>(done, rows, y, r0, t0);
+  StoreSums<false, RB, TB>(done, rows, y, r0, t0);
+}
+
+// Row k (0..4) of rows `stride` bytes apart from `base`, with stride3 = 3·stride: with k a
+// constant, one addressing mode ([base + stride·1/2/4] or [base + stride3]), no pointer of
+// its own.
+const uint8_t* RowAt(const uint8_t* base, int k, int64_t stride, int64_t stride3) {
+  return k == 3 ? base + stride3 : base + k * stride;
+}
+
+// One row's step of Mxfp4Tile: its 32 weights at p (scale byte `scale`) into acc[t] for every
+// activation, elements 0..15 then 16..31, as the contract orders them.
+// Inlined, so acc stays in registers (see Tile's acc).
+template <int TB>
+[[gnu::always_inline]] inline void DecodeAndMultiply(const uint8_t* p, uint8_t scale,
+                                                     const Mxfp4LutRow* lut, __m512i shift,
+                                                     const __m512 (&xv)[2][TB],
+                                                     __m512 (&acc)[TB]) {
+  const __m512i q0 =
+      _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m512i q1 =
+      _mm512_broadcastq_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
+  const __m512 row = _mm512_load_ps(lut[scale].v);
+  const __m512 w0 = _mm512_permutexvar_ps(_mm512_srlv_epi32(q0, shift), row);
+  const __m512 w1 = _mm512_permutexvar_ps(_mm512_srlv_epi32(q1, shift), row);
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; ++t) acc[t] = _mm512_fmadd_ps(w0, xv[0][t], acc[t]);
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; ++t) acc[t] = _mm512_fmadd_ps(w1, xv[1][t], acc[t]);
+}
+
+// RB MXFP4 weight rows (1, 4 or 8) × TB activation rows, by the contract of Tile above, decoding
+// a whole scale group (32 elements, 16 bytes) of each row per step with ONE shuffle per 16
+// weights (the LUT's permutexvar): each 8-byte half is broadcast to every qword (a load, not a
+// shuffle) and a per-lane shift brings one nibble to the low 4 bits of each dword, which is all
+// permutexvar reads. That puts the elements of a 16-block in the lane order Mxfp4Order (lane
+// 2j: element j, lane 2j+1: element 8+j; j < 8) instead of 0..15; x is permuted the same way,
+// so each contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in ascending order,
+// and the reduction (SixteenSums<true>) takes the lanes where they are: the bits are the
+// contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
+//
+// The rows, their scales and the activations are addressed from one pointer each plus strides
+// (RowAt). Written like Tile, GCC gave each row a pointer for its bytes and one for its scales:
+// 16 induction variables at RB = 8, more than the general registers, so it kept them in xmm
+// registers and moved each to a general one at every use (two more instructions per row and
+// step, in a loop bound by instruction issue). The empty asm hides the pointers from that
+// rewrite. k3_bench_roofline, avx512, T = 1, three alternating runs: released 3072×3584 20.7-21.7
+// -> 23.9-24.1 GB/s on one thread, 40.5-41.4 -> 43.6-45.7 on two; in L2 21.3-21.6 -> 24.2-25.4.
+// At T = 2..5 (bench 256×512, one thread, in L2 and from DRAM) calls take 7-15 % less time.
+template <int RB, int TB, bool kPrefetchNext>
+void Mxfp4Tile(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, float* y,
+               int64_t r0, int64_t t0) {
+  static_assert((RB == 1 || RB == 4 || RB == 8) && TB <= 5);  // RowAt reaches row 4
+  const int64_t rb = cols / 2, rb3 = 3 * rb;                       // packed bytes
+  const int64_t sb = cols / kMxfp4GroupSize, sb3 = 3 * sb;         // scale bytes
+  const int64_t xb = cols * int64_t{sizeof(float)}, xb3 = 3 * xb;  // activation bytes
+  const uint8_t* p0 = w.packed + r0 * rb;
+  const uint8_t* p4 = p0 + 4 * rb;
+  const uint8_t* s0 = w.scales + r0 * sb;
+  const uint8_t* s4 = s0 + 4 * sb;
+  const uint8_t* const p_end = p0 + rb;
+  const uint8_t* x0 = reinterpret_cast<const uint8_t*>(x + t0 * cols);
+  // Byte m holds element 2m (low nibble) and 2m+1 (high nibble): element e of a dword sits at
+  // bits 4e. Dword lanes of a broadcast qword alternate low (elements 0..7) and high (8..15)
+  // halves; lanes 2j and 2j+1 shift by 4j.
+  const __m512i shift =
+      _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  const char* pf = static_cast<const char*>(w.RowStart(r0));  // Tile's prefetch, the same way
+  if constexpr (kPrefetchNext) {
+    if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+      pf = static_cast<const char*>(w.RowStart(r0 + RB));
+      w.PrefetchSide(r0 + RB, RB);
+    }
+  }
+  __m512 acc[RB][TB];
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  for (; p0 < p_end; p0 += 16, p4 += 16, s0 += 1, s4 += 1, x0 += 32 * int64_t{sizeof(float)}) {
+    asm("" : "+r"(p0), "+r"(s0));
+    if constexpr (RB == 8) asm("" : "+r"(p4), "+r"(s4));
+    if constexpr (TB > 1) asm("" : "+r"(x0));
+    if constexpr (kPrefetchNext) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, Mxfp4Rows::kPrefetchHint);
+      pf += RB * Mxfp4Rows::kStepBytes;
+    }
+    __m512 xv[2][TB];
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) {
+      const uint8_t* xt = RowAt(x0, t, xb, xb3);
+      xv[0][t] = _mm512_permutexvar_ps(Mxfp4Order(), _mm512_loadu_ps(xt));
+      xv[1][t] = _mm512_permutexvar_ps(Mxfp4Order(), _mm512_loadu_ps(xt + 64));
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < RB; ++r) {
+      const uint8_t* p = RowAt(r < 4 ? p0 : p4, r % 4, rb, rb3);
+      const uint8_t scale = *RowAt(r < 4 ? s0 : s4, r % 4, sb, sb3);
+      DecodeAndMultiply<TB>(p, scale, w.lut, shift, xv, acc[r]);
+    }
+  }
+  __m512 done[RB][TB];  // see Tile's acc
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; ++t) done[r][t] = acc[r][t];
+  }
+  StoreSums<true, RB, TB>(done, rows, y, r0, t0);
 }
 
 // All activation rows for weight rows [r0, r0+RB), in tiles of up to 4 activations.
@@ -293,11 +359,9 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   // (a decode pass of 8 sequences) went in pairs until the tiles stopped storing their
   // accumulators at every step (see Tile); since, tiles of 4 are faster (bf16 256×768 from
   // DRAM, one thread, µs a call, pairs -> 4: T = 4 28-32 -> 25-29, T = 8 46-51 -> 37-39).
-  if constexpr (!L::kPermuted) {
-    if (T >= kTB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
-      Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
-      t = kTB;
-    }
+  if (T >= kTB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+    Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
+    t = kTB;
   }
   for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, false>(w, rows, cols, x, y, r0, t);
   // The rest in a pair, then alone: each decoded weight still feeds every activation it can.
@@ -311,7 +375,7 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   for (; t < T; ++t) Tile<L, RB, 1, true>(w, rows, cols, x, y, r0, t);
 }
 
-// MXFP4 weight rows [r0, r0 + 4) for T >= 2 activations: each tile decodes every weight again,
+// MXFP4 weight rows [r0, r0 + RB) for T >= 2 activations: each tile decodes every weight again,
 // so the rows per expert that prefill gives (about 4.6 at the bench preset, spread 1..10) go in
 // as few tiles as the registers allow, of even sizes: 3 = one tile of 3 (was 2 + 1), 5 = one of
 // 5 (4 + 1), 6 = 3 + 3 (4 + 2), 7 = 4 + 3 (4 + 2 + 1), and beyond, tiles of 4 with the same
@@ -319,34 +383,48 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
 // one thread, µs per call in three alternating runs, old → new: T = 3 13.3-13.4 → 10.3-10.7,
 // T = 5 17.9-18.0 → 16.7-16.8, T = 6 21.9-22.1 → 20.6-21.5, T = 7 25.5-25.8 → 22.9-24.1;
 // T = 2 and 16 unchanged. A tile of 6 spilled its accumulators (T = 6: 21.7-27.5).
+template <int RB>
 void Mxfp4RowBlock(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
                    float* y, int64_t r0) {
-  using L = Mxfp4Rows;
   // A tile of 3 at t; the block's first tile prefetches the next rows.
   auto three = [&](int64_t at) {
     if (at == 0) {
-      Tile<L, 4, 3, true>(w, rows, cols, x, y, r0, at);
+      Mxfp4Tile<RB, 3, true>(w, rows, cols, x, y, r0, at);
     } else {
-      Tile<L, 4, 3, false>(w, rows, cols, x, y, r0, at);
+      Mxfp4Tile<RB, 3, false>(w, rows, cols, x, y, r0, at);
     }
   };
   int64_t t = 0;
   // the tiles of 4 before the ending; the first prefetches nothing (it needs its registers)
   const int64_t rem = T % 4;
   const int64_t fours = T / 4 - (rem == 1 || rem == 2 ? 1 : 0);
-  for (int64_t i = 0; i < fours; ++i, t += 4) Tile<L, 4, 4, false>(w, rows, cols, x, y, r0, t);
+  for (int64_t i = 0; i < fours; ++i, t += 4) Mxfp4Tile<RB, 4, false>(w, rows, cols, x, y, r0, t);
   switch (T - t) {
     case 6:
       three(t);
       three(t + 3);
       break;
-    case 5: Tile<L, 4, 5, false>(w, rows, cols, x, y, r0, t); break;
+    case 5: Mxfp4Tile<RB, 5, false>(w, rows, cols, x, y, r0, t); break;
     case 3: three(t); break;
-    case 2: Tile<L, 4, 2, true>(w, rows, cols, x, y, r0, t); break;  // T = 2 only
+    case 2: Mxfp4Tile<RB, 2, true>(w, rows, cols, x, y, r0, t); break;  // T = 2 only
     default: break;
   }
 }
 
+void RowsMxfp4(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
+               float* y, int64_t r_begin, int64_t r_end) {
+  int64_t r = r_begin;
+  if (T == 1) {
+    // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
+    for (; r + 8 <= r_end; r += 8) Mxfp4Tile<8, 1, true>(w, rows, cols, x, y, r, 0);
+    for (; r < r_end; ++r) Mxfp4Tile<1, 1, true>(w, rows, cols, x, y, r, 0);
+    return;
+  }
+  for (; r + 4 <= r_end; r += 4) Mxfp4RowBlock<4>(w, rows, cols, x, T, y, r);
+  for (; r < r_end; ++r) Mxfp4RowBlock<1>(w, rows, cols, x, T, y, r);
+}
+
+// bf16/f32 rows [r_begin, r_end).
 template <class L>
 void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
           int64_t r_begin, int64_t r_end) {
@@ -354,7 +432,7 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
     for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, true>(w, rows, cols, x, y, r, 0);
-  } else if (!L::kPermuted && T >= 12 && 4 * w.row_bytes() > kMaxPrefetchBytes) {
+  } else if (T >= 12 && 4 * w.row_bytes() > kMaxPrefetchBytes) {
     // Long bf16/f32 rows at prefill widths: tiles of 6 activations (24 accumulators), each
     // widened weight feeding 6 FMAs instead of 4. k3_bench_roofline, T = 16, bf16 12288×7168:
     // 77 -> 85 % of the FMA floor on one thread, 73-77 -> 83-84 % on two. Short rows keep the
@@ -371,8 +449,6 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
         default: break;
       }
     }
-  } else if constexpr (L::kPermuted) {
-    for (; r + 4 <= r_end; r += 4) Mxfp4RowBlock(w, rows, cols, x, T, y, r);
   } else {
     for (; r + 4 <= r_end; r += 4) RowBlock<L, 4>(w, rows, cols, x, T, y, r);
   }
@@ -393,8 +469,8 @@ void MatMulRowsAvx512(const Matrix& w, const float* x, int64_t T, float* y, int6
            r_end);
       return;
     case WeightType::kMXFP4:
-      Rows(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()}, w.rows,
-           w.cols, x, T, y, r_begin, r_end);
+      RowsMxfp4(Mxfp4Rows{static_cast<const uint8_t*>(w.data), w.scales, w.cols, Mxfp4Lut()},
+                w.rows, w.cols, x, T, y, r_begin, r_end);
       return;
   }
 }

@@ -158,7 +158,7 @@ constexpr int64_t kMaxPrefetchBytes = 16 << 10;
 
 // RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
 // 16-column block are loaded once and used for all TB activations.
-template <class L, int RB, int TB, bool kPrefetchNext>
+template <class L, int RB, int TB, int kAhead>
 void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int64_t r0,
           int64_t t0) {
   __m512 acc[RB][TB];
@@ -177,8 +177,8 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // at 0.4× the speed of the others in cache, and the tiles of 1 activation (every matvec)
   // stored 8 a step.
   //
-  // Prefetch of the next tile's weight rows, by the tiles RowBlock picks (kPrefetchNext; the
-  // weights stream from memory) and for short rows: the next tile's rows
+  // Prefetch of the weight rows kAhead row blocks on (0: none), by the tiles RowBlock picks
+  // (the weights stream from memory) and for short rows: the next tile's rows
   // follow this tile's contiguously, but rows of a few KB end before
   // the hardware prefetcher ramps up on each of the RB interleaved streams (bf16 with 768
   // columns ran at 2/3 of the rate of 7168). Longer rows are left to the hardware, and the
@@ -194,16 +194,16 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // loop.
   constexpr int64_t kStride = RB * L::kStepBytes;
   const char* pf = static_cast<const char*>(w.RowStart(r0));
-  if constexpr (kPrefetchNext) {
-    if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
-      pf = static_cast<const char*>(w.RowStart(r0 + RB));
-      w.PrefetchSide(r0 + RB, RB);
+  if constexpr (kAhead > 0) {
+    if (rows - r0 >= (kAhead + 1) * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+      pf = static_cast<const char*>(w.RowStart(r0 + kAhead * RB));
+      w.PrefetchSide(r0 + kAhead * RB, RB);
     }
   }
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
     __m512 xv[TB];
-    if constexpr (kPrefetchNext) {
+    if constexpr (kAhead > 0) {
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, L::kPrefetchHint);
       pf += kStride;
@@ -355,24 +355,33 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   constexpr int kTB = 4;
   int64_t t = 0;
   // bf16/f32 rows short enough for Tile's prefetch: the first tile prefetches the next rows
-  // (bf16 3584×768 at T = 4 streamed at a third of T = 1's rate without). Up to 8 activations
-  // (a decode pass of 8 sequences) went in pairs until the tiles stopped storing their
+  // (bf16 3584×768 at T = 4 streamed at a third of T = 1's rate without), and the second the
+  // rows after those: with the first alone, the memory idled while the later tiles of a block
+  // multiplied from L1, and the next block came in only during the first tile. A throwaway
+  // driver, bf16 3584×768 from DRAM, µs a call, two alternating rounds: T = 12 525-648 ->
+  // 455-466 on one thread, 274-365 -> 236-281 on two; T = 16 741-772 -> 635-650 and 431-453 ->
+  // 340-400; k3_bench_roofline at T = 8, two threads, 20.0-25.1 -> 27.3-31.5 GB/s. Up to 8
+  // activations (a decode pass of 8 sequences) went in pairs until the tiles stopped storing their
   // accumulators at every step (see Tile); since, tiles of 4 are faster (bf16 256×768 from
   // DRAM, one thread, µs a call, pairs -> 4: T = 4 28-32 -> 25-29, T = 8 46-51 -> 37-39).
   if (T >= kTB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
-    Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
+    Tile<L, RB, kTB, 1>(w, rows, cols, x, y, r0, 0);
     t = kTB;
+    if (t + kTB <= T) {
+      Tile<L, RB, kTB, 2>(w, rows, cols, x, y, r0, t);
+      t += kTB;
+    }
   }
-  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, false>(w, rows, cols, x, y, r0, t);
+  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, 0>(w, rows, cols, x, y, r0, t);
   // The rest in a pair, then alone: each decoded weight still feeds every activation it can.
   if (t == 0 && T >= 2) {
-    Tile<L, RB, 2, true>(w, rows, cols, x, y, r0, 0);
+    Tile<L, RB, 2, 1>(w, rows, cols, x, y, r0, 0);
     t = 2;
   } else if (t + 2 <= T) {
-    Tile<L, RB, 2, false>(w, rows, cols, x, y, r0, t);
+    Tile<L, RB, 2, 0>(w, rows, cols, x, y, r0, t);
     t += 2;
   }
-  for (; t < T; ++t) Tile<L, RB, 1, true>(w, rows, cols, x, y, r0, t);
+  for (; t < T; ++t) Tile<L, RB, 1, 1>(w, rows, cols, x, y, r0, t);
 }
 
 // MXFP4 weight rows [r0, r0 + RB) for T >= 2 activations: each tile decodes every weight again,
@@ -431,7 +440,7 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   int64_t r = r_begin;
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
-    for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, true>(w, rows, cols, x, y, r, 0);
+    for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, 1>(w, rows, cols, x, y, r, 0);
   } else if (T >= 12 && 4 * w.row_bytes() > kMaxPrefetchBytes) {
     // Long bf16/f32 rows at prefill widths: tiles of 6 activations (24 accumulators), each
     // widened weight feeding 6 FMAs instead of 4. k3_bench_roofline, T = 16, bf16 12288×7168:
@@ -439,13 +448,13 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
     // tiles of 4 whose first prefetches the next rows (768 columns ran at 0.9× in tiles of 6).
     for (; r + 4 <= r_end; r += 4) {
       int64_t t = 0;
-      for (; t + 6 <= T; t += 6) Tile<L, 4, 6, false>(w, rows, cols, x, y, r, t);
+      for (; t + 6 <= T; t += 6) Tile<L, 4, 6, 0>(w, rows, cols, x, y, r, t);
       switch (T - t) {
-        case 5: Tile<L, 4, 5, false>(w, rows, cols, x, y, r, t); break;
-        case 4: Tile<L, 4, 4, false>(w, rows, cols, x, y, r, t); break;
-        case 3: Tile<L, 4, 3, false>(w, rows, cols, x, y, r, t); break;
-        case 2: Tile<L, 4, 2, false>(w, rows, cols, x, y, r, t); break;
-        case 1: Tile<L, 4, 1, false>(w, rows, cols, x, y, r, t); break;
+        case 5: Tile<L, 4, 5, 0>(w, rows, cols, x, y, r, t); break;
+        case 4: Tile<L, 4, 4, 0>(w, rows, cols, x, y, r, t); break;
+        case 3: Tile<L, 4, 3, 0>(w, rows, cols, x, y, r, t); break;
+        case 2: Tile<L, 4, 2, 0>(w, rows, cols, x, y, r, t); break;
+        case 1: Tile<L, 4, 1, 0>(w, rows, cols, x, y, r, t); break;
         default: break;
       }
     }

@@ -155,6 +155,8 @@ __m512i Mxfp4Order() {
 // bytes do not evict x from L1. Tile applies it, and the callers that pick prefetching tiles
 // (RowBlock, Rows) test the same bound.
 constexpr int64_t kMaxPrefetchBytes = 16 << 10;
+// How far ahead in its own rows a tile of long rows prefetches (Tile's kAhead = -1).
+constexpr int64_t kInRowAheadBytes = 2048;
 
 // RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
 // 16-column block are loaded once and used for all TB activations.
@@ -176,6 +178,13 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // (GCC's store motion gave up on the addressable array): the first tile of 4 activations ran
   // at 0.4× the speed of the others in cache, and the tiles of 1 activation (every matvec)
   // stored 8 a step.
+  //
+  // kAhead = -1: rows too long for that (their next block would evict x from L1) are
+  // prefetched in place, kInRowAheadBytes ahead in each of the RB rows. The hardware alone kept
+  // the first tile of a block of 7168-column bf16 rows at about half the read: k3_bench_roofline,
+  // released shapes, alternating runs, one / two threads, GB/s: T = 4 11.1-12.7 -> 13.6-17.0 /
+  // 21.5-24.6 -> 29.4-32.4, T = 2 13.1-16.3 -> 17.4-22.4 / 25.0-29.6 -> 28.4-38.5, T = 1
+  // 16.2-19.5 -> 16.4-20.9 / 30.4-35.8 -> 32.1-42.0.
   //
   // Prefetch of the weight rows kAhead row blocks on (0: none), by the tiles RowBlock picks
   // (the weights stream from memory) and for short rows: the next tile's rows
@@ -207,6 +216,14 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, L::kPrefetchHint);
       pf += kStride;
+    }
+    if constexpr (kAhead < 0) {
+#pragma GCC unroll 16
+      for (int r = 0; r < RB; ++r) {
+        _mm_prefetch(static_cast<const char*>(w.RowStart(r0 + r)) + c / 16 * L::kStepBytes +
+                         kInRowAheadBytes,
+                     L::kPrefetchHint);
+      }
     }
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) xv[t] = _mm512_loadu_ps(xt[t] + c);
@@ -364,18 +381,26 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   // activations (a decode pass of 8 sequences) went in pairs until the tiles stopped storing their
   // accumulators at every step (see Tile); since, tiles of 4 are faster (bf16 256×768 from
   // DRAM, one thread, µs a call, pairs -> 4: T = 4 28-32 -> 25-29, T = 8 46-51 -> 37-39).
-  if (T >= kTB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+  const bool short_rows = RB * w.row_bytes() <= kMaxPrefetchBytes;
+  if (T >= kTB && short_rows) {
     Tile<L, RB, kTB, 1>(w, rows, cols, x, y, r0, 0);
     t = kTB;
     if (t + kTB <= T) {
       Tile<L, RB, kTB, 2>(w, rows, cols, x, y, r0, t);
       t += kTB;
     }
+  } else if (T >= kTB) {
+    Tile<L, RB, kTB, -1>(w, rows, cols, x, y, r0, 0);
+    t = kTB;
   }
   for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, 0>(w, rows, cols, x, y, r0, t);
   // The rest in a pair, then alone: each decoded weight still feeds every activation it can.
   if (t == 0 && T >= 2) {
-    Tile<L, RB, 2, 1>(w, rows, cols, x, y, r0, 0);
+    if (short_rows) {
+      Tile<L, RB, 2, 1>(w, rows, cols, x, y, r0, 0);
+    } else {
+      Tile<L, RB, 2, -1>(w, rows, cols, x, y, r0, 0);
+    }
     t = 2;
   } else if (t + 2 <= T) {
     Tile<L, RB, 2, 0>(w, rows, cols, x, y, r0, t);
@@ -440,14 +465,19 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   int64_t r = r_begin;
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
-    for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, 1>(w, rows, cols, x, y, r, 0);
+    if (8 * w.row_bytes() <= kMaxPrefetchBytes) {
+      for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, 1>(w, rows, cols, x, y, r, 0);
+    } else {
+      for (; r + 8 <= r_end; r += 8) Tile<L, 8, 1, -1>(w, rows, cols, x, y, r, 0);
+    }
   } else if (T >= 12 && 4 * w.row_bytes() > kMaxPrefetchBytes) {
     // Long bf16/f32 rows at prefill widths: tiles of 6 activations (24 accumulators), each
     // widened weight feeding 6 FMAs instead of 4. k3_bench_roofline, T = 16, bf16 12288×7168:
     // 77 -> 85 % of the FMA floor on one thread, 73-77 -> 83-84 % on two. Short rows keep the
     // tiles of 4 whose first prefetches the next rows (768 columns ran at 0.9× in tiles of 6).
     for (; r + 4 <= r_end; r += 4) {
-      int64_t t = 0;
+      Tile<L, 4, 6, -1>(w, rows, cols, x, y, r, 0);
+      int64_t t = 6;
       for (; t + 6 <= T; t += 6) Tile<L, 4, 6, 0>(w, rows, cols, x, y, r, t);
       switch (T - t) {
         case 5: Tile<L, 4, 5, 0>(w, rows, cols, x, y, r, t); break;

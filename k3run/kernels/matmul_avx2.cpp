@@ -121,7 +121,7 @@ float Reduce(V16 a) {
 }
 
 // RB weight rows × TB activation rows; each (row, t) pair is one register pair of lanes.
-template <class L, int RB, int TB, bool kPrefetchNext>
+template <class L, int RB, int TB, int kAhead>
 void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int64_t r0,
           int64_t t0) {
   V16 acc[RB][TB];
@@ -134,14 +134,16 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
     for (int t = 0; t < TB; ++t) acc[r][t] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   }
   // As in matmul_avx512.cpp: acc stays in registers only while it is indexed by constants
-  // (the loops below are unrolled) and the prefetch of the next tile (by the tiles RowBlock
-  // picks, kPrefetchNext, for short rows: bf16 with 768 columns streams at 2/3 of the rate of
-  // long rows without it) is one pointer with no branch in the loop, walking this tile's own
-  // rows when there is nothing to fetch.
+  // (the loops below are unrolled) and the prefetch of the next tile (kAhead = 1, by the tiles
+  // RowBlock picks, for short rows: bf16 with 768 columns streams at 2/3 of the rate of long
+  // rows without it) is one pointer with no branch in the loop, walking this tile's own rows
+  // when there is nothing to fetch. Longer rows (kAhead = -1) are prefetched in place,
+  // kInRowAheadBytes ahead in each row, as on avx512.
   constexpr int64_t kMaxPrefetchBytes = 16 << 10;
+  constexpr int64_t kInRowAheadBytes = 2048;
   constexpr int64_t kStride = RB * L::kStepBytes;
   const char* pf = static_cast<const char*>(w.RowStart(r0));
-  if constexpr (kPrefetchNext) {
+  if constexpr (kAhead > 0) {
     if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
       pf = static_cast<const char*>(w.RowStart(r0 + RB));
       w.PrefetchSide(r0 + RB, RB);
@@ -149,10 +151,18 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   }
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
-    if constexpr (kPrefetchNext) {
+    if constexpr (kAhead > 0) {
 #pragma GCC unroll 4
       for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
       pf += kStride;
+    }
+    if constexpr (kAhead < 0) {
+#pragma GCC unroll 16
+      for (int r = 0; r < RB; ++r) {
+        _mm_prefetch(static_cast<const char*>(w.RowStart(r0 + r)) + c / 16 * L::kStepBytes +
+                         kInRowAheadBytes,
+                     _MM_HINT_T0);
+      }
     }
     V16 xv[TB];
 #pragma GCC unroll 16
@@ -197,14 +207,18 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   // The next rows are prefetched (see Tile) by a tile of 1 activation and by a first tile of 2,
   // never by tiles of 4, which need their registers, nor by a tile of 2 that another follows
   // over the same rows (bf16 768×3584 at T = 4 on avx2 ran at 0.7× with it).
-  if constexpr (kTB <= 2) {
+  // Rows too long for that prefetch their own rows ahead in the first tile.
+  if (RB * w.row_bytes() > (16 << 10) && T >= kTB) {
+    Tile<L, RB, kTB, -1>(w, rows, cols, x, y, r0, 0);
+    t = kTB;
+  } else if constexpr (kTB <= 2) {
     if (T == kTB) {
-      Tile<L, RB, kTB, true>(w, rows, cols, x, y, r0, 0);
+      Tile<L, RB, kTB, 1>(w, rows, cols, x, y, r0, 0);
       return;
     }
   }
-  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, false>(w, rows, cols, x, y, r0, t);
-  for (; t < T; ++t) Tile<L, RB, 1, true>(w, rows, cols, x, y, r0, t);
+  for (; t + kTB <= T; t += kTB) Tile<L, RB, kTB, 0>(w, rows, cols, x, y, r0, t);
+  for (; t < T; ++t) Tile<L, RB, 1, 1>(w, rows, cols, x, y, r0, t);
 }
 
 template <class L>
@@ -213,7 +227,11 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   int64_t r = r_begin;
   // 16 ymm registers: 4 rows × 1 activation or 2 × 2 leaves room for the operands.
   if (T == 1) {
-    for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, true>(w, rows, cols, x, y, r, 0);
+    if (4 * w.row_bytes() <= (16 << 10)) {
+      for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, 1>(w, rows, cols, x, y, r, 0);
+    } else {
+      for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, -1>(w, rows, cols, x, y, r, 0);
+    }
   } else {
     for (; r + 2 <= r_end; r += 2) RowBlock<L, 2, 2>(w, rows, cols, x, T, y, r);
   }

@@ -138,9 +138,7 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // RowBlock picks, for short rows: bf16 with 768 columns streams at 2/3 of the rate of long
   // rows without it) is one pointer with no branch in the loop, walking this tile's own rows
   // when there is nothing to fetch. Longer rows (kAhead = -1) are prefetched in place,
-  // kInRowAheadBytes ahead in each row, as on avx512.
-  constexpr int64_t kMaxPrefetchBytes = 16 << 10;
-  constexpr int64_t kInRowAheadBytes = 2048;
+  // kInRowAheadBytes ahead in each row, as on avx512 (both bounds: kernels_internal.h).
   constexpr int64_t kStride = RB * L::kStepBytes;
   const char* pf = static_cast<const char*>(w.RowStart(r0));
   if constexpr (kAhead > 0) {
@@ -208,7 +206,7 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   // never by tiles of 4, which need their registers, nor by a tile of 2 that another follows
   // over the same rows (bf16 768×3584 at T = 4 on avx2 ran at 0.7× with it).
   // Rows too long for that prefetch their own rows ahead in the first tile.
-  if (RB * w.row_bytes() > (16 << 10) && T >= kTB) {
+  if (RB * w.row_bytes() > kMaxPrefetchBytes && T >= kTB) {
     Tile<L, RB, kTB, -1>(w, rows, cols, x, y, r0, 0);
     t = kTB;
   } else if constexpr (kTB <= 2) {
@@ -227,7 +225,7 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   int64_t r = r_begin;
   // 16 ymm registers: 4 rows × 1 activation or 2 × 2 leaves room for the operands.
   if (T == 1) {
-    if (4 * w.row_bytes() <= (16 << 10)) {
+    if (4 * w.row_bytes() <= kMaxPrefetchBytes) {
       for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, 1>(w, rows, cols, x, y, r, 0);
     } else {
       for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, -1>(w, rows, cols, x, y, r, 0);

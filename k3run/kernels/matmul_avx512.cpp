@@ -151,12 +151,27 @@ __m512i Mxfp4Order() {
   return _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
-// A block of rows is prefetched by the tile before it only if it fits in this, so the prefetched
-// bytes do not evict x from L1. Tile applies it, and the callers that pick prefetching tiles
-// (RowBlock, Rows) test the same bound.
-constexpr int64_t kMaxPrefetchBytes = 16 << 10;
-// How far ahead in its own rows a tile of long rows prefetches (Tile's kAhead = -1).
-constexpr int64_t kInRowAheadBytes = 2048;
+// Where a tile of RB rows at r0 starts prefetching the block `ahead` blocks on (Tile explains
+// the scheme): that block's first row, its scales fetched now; or, when there is no such block
+// or it exceeds kMaxPrefetchBytes (kernels_internal.h, which the callers that pick prefetching
+// tiles test too), the tile's own first row, so the loop needs no branch.
+template <class L>
+const char* PrefetchStart(const L& w, int64_t rows, int64_t r0, int64_t rb, int64_t ahead) {
+  if (rows - r0 >= (ahead + 1) * rb && rb * w.row_bytes() <= kMaxPrefetchBytes) {
+    w.PrefetchSide(r0 + ahead * rb, rb);
+    return static_cast<const char*>(w.RowStart(r0 + ahead * rb));
+  }
+  return static_cast<const char*>(w.RowStart(r0));
+}
+
+// One step of that prefetch: 4 lines from pf, which then advances the `stride` bytes a step
+// consumes of the tile's rows (the lines past it run ahead).
+template <class L>
+void PrefetchStep(const char*& pf, int64_t stride) {
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, L::kPrefetchHint);
+  pf += stride;
+}
 
 // RB weight rows × TB activation rows, each (row, t) pair one zmm accumulator; the weights of a
 // 16-column block are loaded once and used for all TB activations.
@@ -195,28 +210,18 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // several activations too: bf16 3584×768 at T = 2 streamed at half the rate of T = 1 without.
   //
   // Each step reads kStepBytes of each of the RB rows; the next RB rows follow these
-  // contiguously, so a pointer advancing kStride bytes a step has them in by the tile's end.
+  // contiguously, so a pointer advancing RB·kStepBytes bytes a step has them in by the tile's end.
   // Each step prefetches 4 lines from it, the lines past the stride running ahead (avx2, bf16
   // with 768 columns from DRAM at T = 2: 19-21 µs a call with them, 25-26 without; f32 at
   // RB = 8 is half prefetched). The pointer walks this tile's own rows when there is nothing
   // to fetch (the last block, long rows): hints for lines read anyway, and no branch in the
   // loop.
-  constexpr int64_t kStride = RB * L::kStepBytes;
-  const char* pf = static_cast<const char*>(w.RowStart(r0));
-  if constexpr (kAhead > 0) {
-    if (rows - r0 >= (kAhead + 1) * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
-      pf = static_cast<const char*>(w.RowStart(r0 + kAhead * RB));
-      w.PrefetchSide(r0 + kAhead * RB, RB);
-    }
-  }
+  const char* pf = nullptr;
+  if constexpr (kAhead > 0) pf = PrefetchStart(w, rows, r0, RB, kAhead);
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
     __m512 xv[TB];
-    if constexpr (kAhead > 0) {
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, L::kPrefetchHint);
-      pf += kStride;
-    }
+    if constexpr (kAhead > 0) PrefetchStep<L>(pf, RB * L::kStepBytes);
     if constexpr (kAhead < 0) {
 #pragma GCC unroll 16
       for (int r = 0; r < RB; ++r) {
@@ -320,13 +325,8 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, f
   // halves; lanes 2j and 2j+1 shift by 4j.
   const __m512i shift =
       _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
-  const char* pf = static_cast<const char*>(w.RowStart(r0));  // Tile's prefetch, the same way
-  if constexpr (kPrefetchNext) {
-    if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
-      pf = static_cast<const char*>(w.RowStart(r0 + RB));
-      w.PrefetchSide(r0 + RB, RB);
-    }
-  }
+  const char* pf = nullptr;  // Tile's prefetch of the next block
+  if constexpr (kPrefetchNext) pf = PrefetchStart(w, rows, r0, RB, 1);
   __m512 acc[RB][TB];
 #pragma GCC unroll 16
   for (int r = 0; r < RB; ++r) {
@@ -337,11 +337,7 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, f
     asm("" : "+r"(p0), "+r"(s0));
     if constexpr (RB == 8) asm("" : "+r"(p4), "+r"(s4));
     if constexpr (TB > 1) asm("" : "+r"(x0));
-    if constexpr (kPrefetchNext) {
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) _mm_prefetch(pf + 64 * i, Mxfp4Rows::kPrefetchHint);
-      pf += RB * Mxfp4Rows::kStepBytes;
-    }
+    if constexpr (kPrefetchNext) PrefetchStep<Mxfp4Rows>(pf, RB * Mxfp4Rows::kStepBytes);
     __m512 xv[2][TB];
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) {

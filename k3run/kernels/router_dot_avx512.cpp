@@ -114,10 +114,10 @@ double Widen(float v) { return static_cast<double>(v); }
 template <int G, int NX, typename Elem>
 void Groups(const Elem* w, int64_t cols, const float* const* x, double* const* out, int64_t r,
             int64_t next_rows) {
-  constexpr int64_t kMaxPrefetchBytes = 32 << 10;
+  constexpr int64_t kMaxGroupPrefetchBytes = 32 << 10;
   const char* pf = reinterpret_cast<const char*>(w + (r + kRowsPerGroup * G) * cols);
   int64_t pf_bytes = next_rows * cols * static_cast<int64_t>(sizeof(Elem));
-  if (pf_bytes > kMaxPrefetchBytes) pf_bytes = 0;
+  if (pf_bytes > kMaxGroupPrefetchBytes) pf_bytes = 0;
   const int64_t steps = cols >= kColsPerStep ? cols / kColsPerStep : 1;
   const int64_t pf_stride = (pf_bytes + steps - 1) / steps;  // bf16: 256 B per step
   int64_t pf_at = 0;

@@ -4,6 +4,7 @@
 // and calls nothing inline from a header (kernels_internal.h explains why).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "k3run/kernels/kernels_internal.h"
@@ -164,6 +165,16 @@ const char* PrefetchStart(const L& w, int64_t rows, int64_t r0, int64_t rb, int6
   return static_cast<const char*>(w.RowStart(r0));
 }
 
+// How far ahead the MXFP4 tiles that prefetch reach, at least (RowsMxfp4).
+constexpr int64_t kMxfp4AheadBytes = 4096;
+
+// Rows [r, r + n) of w and their scales, all at once.
+void PrefetchRows(const Mxfp4Rows& w, int64_t r, int64_t n) {
+  const char* p = static_cast<const char*>(w.RowStart(r));
+  for (int64_t b = 0; b < n * w.row_bytes(); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+  w.PrefetchSide(r, n);
+}
+
 // One step of that prefetch: 4 lines from pf, which then advances the `stride` bytes a step
 // consumes of the tile's rows (the lines past it run ahead).
 template <class L>
@@ -307,9 +318,11 @@ template <int TB>
 // rewrite. k3_bench_roofline, avx512, T = 1, three alternating runs: released 3072×3584 20.7-21.7
 // -> 23.9-24.1 GB/s on one thread, 40.5-41.4 -> 43.6-45.7 on two; in L2 21.3-21.6 -> 24.2-25.4.
 // At T = 2..5 (bench 256×512, one thread, in L2 and from DRAM) calls take 7-15 % less time.
+//
+// kPrefetchNext: the tile prefetches the block of RB rows `ahead` blocks on (PrefetchStart).
 template <int RB, int TB, bool kPrefetchNext>
 void Mxfp4Tile(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, float* y,
-               int64_t r0, int64_t t0) {
+               int64_t r0, int64_t t0, int64_t ahead = 1) {
   static_assert((RB == 1 || RB == 4 || RB == 8) && TB <= 5);  // RowAt reaches row 4
   const int64_t rb = cols / 2, rb3 = 3 * rb;                       // packed bytes
   const int64_t sb = cols / kMxfp4GroupSize, sb3 = 3 * sb;         // scale bytes
@@ -326,7 +339,7 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, f
   const __m512i shift =
       _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
   const char* pf = nullptr;  // Tile's prefetch of the next block
-  if constexpr (kPrefetchNext) pf = PrefetchStart(w, rows, r0, RB, 1);
+  if constexpr (kPrefetchNext) pf = PrefetchStart(w, rows, r0, RB, ahead);
   __m512 acc[RB][TB];
 #pragma GCC unroll 16
   for (int r = 0; r < RB; ++r) {
@@ -415,11 +428,11 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
 // T = 2 and 16 unchanged. A tile of 6 spilled its accumulators (T = 6: 21.7-27.5).
 template <int RB>
 void Mxfp4RowBlock(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
-                   float* y, int64_t r0) {
+                   float* y, int64_t r0, int64_t ahead) {
   // A tile of 3 at t; the block's first tile prefetches the next rows.
   auto three = [&](int64_t at) {
     if (at == 0) {
-      Mxfp4Tile<RB, 3, true>(w, rows, cols, x, y, r0, at);
+      Mxfp4Tile<RB, 3, true>(w, rows, cols, x, y, r0, at, ahead);
     } else {
       Mxfp4Tile<RB, 3, false>(w, rows, cols, x, y, r0, at);
     }
@@ -436,22 +449,39 @@ void Mxfp4RowBlock(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* 
       break;
     case 5: Mxfp4Tile<RB, 5, false>(w, rows, cols, x, y, r0, t); break;
     case 3: three(t); break;
-    case 2: Mxfp4Tile<RB, 2, true>(w, rows, cols, x, y, r0, t); break;  // T = 2 only
+    case 2: Mxfp4Tile<RB, 2, true>(w, rows, cols, x, y, r0, t, ahead); break;  // T = 2 only
     default: break;
   }
 }
 
+// Blocks of RB rows that a tile prefetches ahead (PrefetchStart): at least kMxfp4AheadBytes.
+// The blocks before the first tile's target are prefetched here, all at once.
+int64_t Mxfp4Ahead(const Mxfp4Rows& w, int64_t rb, int64_t r, int64_t r_end) {
+  const int64_t block = rb * w.row_bytes();
+  const int64_t ahead = std::max<int64_t>(1, (kMxfp4AheadBytes + block - 1) / block);
+  if (ahead > 1) PrefetchRows(w, r, std::min(r_end, r + ahead * rb) - r);
+  return ahead;
+}
+
 void RowsMxfp4(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
                float* y, int64_t r_begin, int64_t r_end) {
+  // The tiles that prefetch fetch the block at least kMxfp4AheadBytes on: an expert's short
+  // rows (256 columns: 1 KiB a block of 8) take less than the DRAM latency a block, so one
+  // block ahead came too late, and no tile fetched the first. k3_bench_roofline, avx512, T = 1,
+  // one thread, four alternating runs, GB/s: bench 512×256 13.4-14.5 -> 17.2-19.2, 256×512
+  // 18.4-19.7 -> 19.2-20.5; T = 2 (first tiles of 4 rows), 512×256 12.2-12.5 -> 13.5-14.0;
+  // released shapes (one block ahead, as before) within the noise.
   int64_t r = r_begin;
   if (T == 1) {
     // One activation: 8 rows in flight hide the FMA latency and keep 8 streams reading.
-    for (; r + 8 <= r_end; r += 8) Mxfp4Tile<8, 1, true>(w, rows, cols, x, y, r, 0);
+    const int64_t ahead = Mxfp4Ahead(w, 8, r, r_end);
+    for (; r + 8 <= r_end; r += 8) Mxfp4Tile<8, 1, true>(w, rows, cols, x, y, r, 0, ahead);
     for (; r < r_end; ++r) Mxfp4Tile<1, 1, true>(w, rows, cols, x, y, r, 0);
     return;
   }
-  for (; r + 4 <= r_end; r += 4) Mxfp4RowBlock<4>(w, rows, cols, x, T, y, r);
-  for (; r < r_end; ++r) Mxfp4RowBlock<1>(w, rows, cols, x, T, y, r);
+  const int64_t ahead = Mxfp4Ahead(w, 4, r, r_end);
+  for (; r + 4 <= r_end; r += 4) Mxfp4RowBlock<4>(w, rows, cols, x, T, y, r, ahead);
+  for (; r < r_end; ++r) Mxfp4RowBlock<1>(w, rows, cols, x, T, y, r, 1);
 }
 
 // bf16/f32 rows [r_begin, r_end).

@@ -18,9 +18,12 @@ namespace k3::kernels::internal {
 // The matmul tiles' prefetch (matmul_avx2.cpp, matmul_avx512.cpp): a tile prefetches the next
 // block of rows only if the block fits in kMaxPrefetchBytes, so the prefetched bytes do not
 // evict x from L1; longer rows are prefetched in place, kInRowAheadBytes ahead in each row.
+// Blocks of short rows (an expert's MXFP4 rows of 256 columns: 128 bytes) are fetched several
+// blocks on, at least kShortRowsAheadBytes ahead: one block is less than the DRAM latency.
 // Constants, not functions: nothing here is emitted as code.
 inline constexpr int64_t kMaxPrefetchBytes = 16 << 10;
 inline constexpr int64_t kInRowAheadBytes = 2048;
+inline constexpr int64_t kShortRowsAheadBytes = 4096;
 
 // A kernel called against its contract: logs "a bug in the caller: msg" and aborts.
 [[noreturn]] void Die(const std::string& msg);

@@ -4,6 +4,7 @@
 // calls nothing inline from a header (kernels_internal.h explains why).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "k3run/kernels/kernels_internal.h"
@@ -123,7 +124,7 @@ float Reduce(V16 a) {
 // RB weight rows × TB activation rows; each (row, t) pair is one register pair of lanes.
 template <class L, int RB, int TB, int kAhead>
 void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int64_t r0,
-          int64_t t0) {
+          int64_t t0, int64_t ahead = 1) {
   V16 acc[RB][TB];
   const float* xt[TB];
 #pragma GCC unroll 16
@@ -138,13 +139,14 @@ void Tile(const L& w, int64_t rows, int64_t cols, const float* x, float* y, int6
   // RowBlock picks, for short rows: bf16 with 768 columns streams at 2/3 of the rate of long
   // rows without it) is one pointer with no branch in the loop, walking this tile's own rows
   // when there is nothing to fetch. Longer rows (kAhead = -1) are prefetched in place,
-  // kInRowAheadBytes ahead in each row, as on avx512 (both bounds: kernels_internal.h).
+  // kInRowAheadBytes ahead in each row, as on avx512 (both bounds: kernels_internal.h). The
+  // prefetched tile is `ahead` tiles on (Rows: short rows reach further).
   constexpr int64_t kStride = RB * L::kStepBytes;
   const char* pf = static_cast<const char*>(w.RowStart(r0));
   if constexpr (kAhead > 0) {
-    if (rows - r0 >= 2 * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
-      pf = static_cast<const char*>(w.RowStart(r0 + RB));
-      w.PrefetchSide(r0 + RB, RB);
+    if (rows - r0 >= (ahead + 1) * RB && RB * w.row_bytes() <= kMaxPrefetchBytes) {
+      pf = static_cast<const char*>(w.RowStart(r0 + ahead * RB));
+      w.PrefetchSide(r0 + ahead * RB, RB);
     }
   }
   int64_t c = 0;
@@ -226,7 +228,17 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   // 16 ymm registers: 4 rows × 1 activation or 2 × 2 leaves room for the operands.
   if (T == 1) {
     if (4 * w.row_bytes() <= kMaxPrefetchBytes) {
-      for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, 1>(w, rows, cols, x, y, r, 0);
+      // At least kShortRowsAheadBytes ahead, the tiles before that prefetched here (as on
+      // avx512: an expert's 256-column MXFP4 rows are 512 bytes a tile of 4).
+      const int64_t tile = 4 * w.row_bytes();
+      const int64_t ahead = std::max<int64_t>(1, (kShortRowsAheadBytes + tile - 1) / tile);
+      if (ahead > 1) {
+        const int64_t n = std::min(r_end, r + ahead * 4) - r;
+        const char* p = static_cast<const char*>(w.RowStart(r));
+        for (int64_t b = 0; b < n * w.row_bytes(); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+        w.PrefetchSide(r, n);
+      }
+      for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, 1>(w, rows, cols, x, y, r, 0, ahead);
     } else {
       for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, -1>(w, rows, cols, x, y, r, 0);
     }

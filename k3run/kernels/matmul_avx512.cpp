@@ -165,9 +165,6 @@ const char* PrefetchStart(const L& w, int64_t rows, int64_t r0, int64_t rb, int6
   return static_cast<const char*>(w.RowStart(r0));
 }
 
-// How far ahead the MXFP4 tiles that prefetch reach, at least (RowsMxfp4).
-constexpr int64_t kMxfp4AheadBytes = 4096;
-
 // Rows [r, r + n) of w and their scales, all at once.
 void PrefetchRows(const Mxfp4Rows& w, int64_t r, int64_t n) {
   const char* p = static_cast<const char*>(w.RowStart(r));
@@ -454,18 +451,18 @@ void Mxfp4RowBlock(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* 
   }
 }
 
-// Blocks of RB rows that a tile prefetches ahead (PrefetchStart): at least kMxfp4AheadBytes.
+// Blocks of RB rows that a tile prefetches ahead (PrefetchStart): at least kShortRowsAheadBytes.
 // The blocks before the first tile's target are prefetched here, all at once.
 int64_t Mxfp4Ahead(const Mxfp4Rows& w, int64_t rb, int64_t r, int64_t r_end) {
   const int64_t block = rb * w.row_bytes();
-  const int64_t ahead = std::max<int64_t>(1, (kMxfp4AheadBytes + block - 1) / block);
+  const int64_t ahead = std::max<int64_t>(1, (kShortRowsAheadBytes + block - 1) / block);
   if (ahead > 1) PrefetchRows(w, r, std::min(r_end, r + ahead * rb) - r);
   return ahead;
 }
 
 void RowsMxfp4(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
                float* y, int64_t r_begin, int64_t r_end) {
-  // The tiles that prefetch fetch the block at least kMxfp4AheadBytes on: an expert's short
+  // The tiles that prefetch fetch the block at least kShortRowsAheadBytes on: an expert's short
   // rows (256 columns: 1 KiB a block of 8) take less than the DRAM latency a block, so one
   // block ahead came too late, and no tile fetched the first. k3_bench_roofline, avx512, T = 1,
   // one thread, four alternating runs, GB/s: bench 512×256 13.4-14.5 -> 17.2-19.2, 256×512

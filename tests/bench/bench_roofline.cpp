@@ -24,10 +24,13 @@
 // The roofline of one call: floor = max(weight bytes ÷ read(K), rows·cols·T ÷ fma(ISA, K)).
 //
 // Benchmarks: matmul/<type>/<preset>/<rows>x<cols>/T:<T>/<isa>/threads:<K>, one MatMul call per
-// iteration (kernels::SetThreads(K); MatMul splits rows over threads as the engine's trunk does;
-// the routed experts run one expert per thread through MatMulOnThisThread, which threads:1
-// measures). Weights rotate over copies in a ≥ 128 MiB pool, so each call reads from DRAM as a
-// freshly loaded expert or a streamed trunk layer does. Counters, from the loop's wall time:
+// iteration (kernels::SetThreads(K); MatMul splits rows over threads as the engine's trunk does).
+// The routed experts run one expert per thread through MatMulOnThisThread instead (a wave of
+// them per fork/join, k3run/engine/expert_waves.h), which threads:1 measures for one core and
+// experts/mxfp4/<preset>/<rows>x<cols>/T:<T>/<isa>/threads:<K> (K > 1) for all of them: an
+// iteration is a wave of kWave different copies spread over the K threads. Weights rotate over
+// copies in a ≥ 128 MiB pool, so each call reads from DRAM as a freshly loaded expert or a
+// streamed trunk layer does. Counters, from the loop's wall time (per matrix for a wave):
 //   weight_GB/s    weight bytes one call reads (MXFP4: packed + scales) per second
 //   pct_read       weight_GB/s ÷ read(K), in %
 //   G_lane_FMA/s   rows·cols·T fp32 multiply-adds per second (the contract's FMAs; the MXFP4
@@ -68,6 +71,7 @@ constexpr int64_t kReadBytes = int64_t{512} << 20;
 constexpr int64_t kPoolBytes = int64_t{128} << 20;  // 4× the L3: every call reads from DRAM
 constexpr int64_t kScalarMaxWork = int64_t{1} << 27;
 constexpr int kRowCounts[] = {1, 2, 4, 8, 16};
+constexpr int64_t kWave = 16;  // matrices an experts/ iteration runs: about a layer's top-k
 
 int g_passes = 5;
 
@@ -149,8 +153,9 @@ std::vector<Matrix> Copies(const Pools& p, const Shape& s) {
 
 std::string TypeName(WeightType t) { return t == WeightType::kMXFP4 ? "mxfp4" : "bf16"; }
 
-std::string Name(const Shape& s, int64_t T, Isa isa, int threads) {
-  return "matmul/" + TypeName(s.type) + "/" + s.preset + "/" + std::to_string(s.rows) + "x" +
+// kind: "matmul" (one MatMul split over the threads) or "experts" (a wave, one per thread).
+std::string Name(const std::string& kind, const Shape& s, int64_t T, Isa isa, int threads) {
+  return kind + "/" + TypeName(s.type) + "/" + s.preset + "/" + std::to_string(s.rows) + "x" +
          std::to_string(s.cols) + "/T:" + std::to_string(T) + "/" + IsaName(isa) +
          "/threads:" + std::to_string(threads);
 }
@@ -158,23 +163,37 @@ std::string Name(const Shape& s, int64_t T, Isa isa, int threads) {
 // The best (lowest) seconds per call of each matmul benchmark, for the summary.
 std::map<std::string, double> g_best_s;
 
+// wave = 0: one MatMul call per iteration; wave > 0: `wave` consecutive copies per iteration,
+// each through MatMulOnThisThread on whichever thread claims it (ParallelChunks), as the
+// engine runs a wave of routed experts. Counters are per matrix either way.
 void BmMatMul(benchmark::State& state, const std::vector<Matrix>* copies, int64_t T, Isa isa,
-              int threads, const std::string& name) {
+              int threads, int64_t wave, const std::string& name) {
   SetIsa(isa);
   SetThreads(threads);
   const Matrix& m = (*copies)[0];
-  std::vector<float> x(static_cast<size_t>(T * m.cols)), y(static_cast<size_t>(T * m.rows));
+  const int64_t outputs = std::max<int64_t>(wave, 1);
+  std::vector<float> x(static_cast<size_t>(T * m.cols));
+  std::vector<float> y(static_cast<size_t>(outputs * T * m.rows));
   uint64_t s = 2;
   for (float& v : x) v = static_cast<float>(static_cast<int64_t>(Mix(s) % 2001) - 1000) * 1e-3f;
-  size_t k = 0;
+  const int64_t n = static_cast<int64_t>(copies->size());
+  int64_t k = 0;
   const auto t0 = Clock::now();
   for (auto _ : state) {
-    MatMul((*copies)[k], x.data(), T, y.data());
+    if (wave == 0) {
+      MatMul((*copies)[static_cast<size_t>(k)], x.data(), T, y.data());
+      k = k + 1 == n ? 0 : k + 1;
+    } else {
+      ParallelChunks(threads, wave, [&](int64_t c) {
+        MatMulOnThisThread((*copies)[static_cast<size_t>((k + c) % n)], x.data(), T,
+                           y.data() + c * T * m.rows);
+      });
+      k = (k + wave) % n;
+    }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
-    k = k + 1 == copies->size() ? 0 : k + 1;
   }
-  const double per_call = Since(t0) / static_cast<double>(state.iterations());
+  const double per_call = Since(t0) / static_cast<double>(state.iterations() * outputs);
   const double bytes = static_cast<double>(WeightBytes(m));
   const double fmas = static_cast<double>(m.rows * m.cols * T);
   const double read = g_read_gbs.at(threads), peak = g_fma_g.at({isa, threads});
@@ -192,8 +211,37 @@ void BmMatMul(benchmark::State& state, const std::vector<Matrix>* copies, int64_
   if (!fresh && per_call < it->second) it->second = per_call;
 }
 
-// One table per weight type: a row per (shape, isa, threads), a cell per T:
-// "GB/s · % of read · % of roofline".
+// One row of the summary: a cell per T, "GB/s · % of read · % of roofline"; nothing when no
+// benchmark of that kind ran for (s, isa, th).
+void PrintSummaryRow(const std::string& kind, const Shape& s, Isa isa, int th) {
+  std::string line = "| " + TypeName(s.type) + " " + s.preset + " " + s.what + " " +
+                     std::to_string(s.rows) + "×" + std::to_string(s.cols) +
+                     (kind == "experts" ? ", one per thread" : "") + " | " + IsaName(isa) +
+                     " | " + std::to_string(th) + " |";
+  bool any = false;
+  for (int T : kRowCounts) {
+    const auto it = g_best_s.find(Name(kind, s, T, isa, th));
+    if (it == g_best_s.end()) {
+      line += " – |";
+      continue;
+    }
+    any = true;
+    const Matrix m{s.type, s.rows, s.cols, nullptr, nullptr};
+    const double bytes = static_cast<double>(WeightBytes(m));
+    const double fmas = static_cast<double>(s.rows * s.cols * T);
+    const double gbs = bytes / it->second / 1e9;
+    const double mem_s = bytes / (g_read_gbs.at(th) * 1e9);
+    const double fma_s = fmas / (g_fma_g.at({isa, th}) * 1e9);
+    char cell[96];
+    std::snprintf(cell, sizeof cell, " %.1f · %.0f%% · %.0f%%%s |", gbs,
+                  100.0 * gbs / g_read_gbs.at(th), 100.0 * std::max(mem_s, fma_s) / it->second,
+                  mem_s >= fma_s ? "" : "ᶠ");
+    line += cell;
+  }
+  if (any) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+// One table for every weight type: a row per (shape, isa, threads, kind).
 void PrintSummary(const std::vector<Shape>& shapes, const std::vector<Isa>& isas,
                   const std::vector<int>& thread_counts) {
   std::fprintf(stderr, "\n| matrix | isa | threads |");
@@ -203,32 +251,8 @@ void PrintSummary(const std::vector<Shape>& shapes, const std::vector<Isa>& isas
   for (const Shape& s : shapes) {
     for (Isa isa : isas) {
       for (int th : thread_counts) {
-        std::string line = "| " + TypeName(s.type) + " " + s.preset + " " + s.what + " " +
-                           std::to_string(s.rows) + "×" + std::to_string(s.cols) + " | " +
-                           IsaName(isa) + " | " + std::to_string(th) + " |";
-        bool any = false;
-        for (int T : kRowCounts) {
-          const auto it = g_best_s.find(Name(s, T, isa, th));
-          if (it == g_best_s.end()) {
-            line += " – |";
-            continue;
-          }
-          any = true;
-          const Matrix m{s.type, s.rows, s.cols, nullptr, nullptr};
-          const double bytes = static_cast<double>(WeightBytes(m));
-          const double fmas = static_cast<double>(s.rows * s.cols * T);
-          const double gbs = bytes / it->second / 1e9;
-          const double floor_s = std::max(bytes / (g_read_gbs.at(th) * 1e9),
-                                          fmas / (g_fma_g.at({isa, th}) * 1e9));
-          char cell[96];
-          std::snprintf(cell, sizeof cell, " %.1f · %.0f%% · %.0f%%%s |", gbs,
-                        100.0 * gbs / g_read_gbs.at(th), 100.0 * floor_s / it->second,
-                        bytes / (g_read_gbs.at(th) * 1e9) >= fmas / (g_fma_g.at({isa, th}) * 1e9)
-                            ? ""
-                            : "ᶠ");
-          line += cell;
-        }
-        if (any) std::fprintf(stderr, "%s\n", line.c_str());
+        PrintSummaryRow("matmul", s, isa, th);
+        PrintSummaryRow("experts", s, isa, th);
       }
     }
   }
@@ -360,13 +384,20 @@ int main(int argc, char** argv) {
       for (int th : thread_counts) {
         for (int T : kRowCounts) {
           if (isa == Isa::kScalar && s.rows * s.cols * T > kScalarMaxWork) continue;
-          const std::string name = Name(s, T, isa, th);
-          benchmark::RegisterBenchmark(name.c_str(),
-                                       [c = &copies[i], T, isa, th, name](benchmark::State& st) {
-                                         BmMatMul(st, c, T, isa, th, name);
-                                       })
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond);
+          // A wave needs distinct copies: MXFP4 experts that rotate, on more than one thread.
+          const bool waves = s.type == WeightType::kMXFP4 && !s.in_cache && th > 1 &&
+                             static_cast<int64_t>(copies[i].size()) >= kWave;
+          for (const int64_t wave : {int64_t{0}, kWave}) {
+            if (wave > 0 && !waves) continue;
+            const std::string name = Name(wave > 0 ? "experts" : "matmul", s, T, isa, th);
+            benchmark::RegisterBenchmark(
+                name.c_str(),
+                [c = &copies[i], T, isa, th, wave, name](benchmark::State& st) {
+                  BmMatMul(st, c, T, isa, th, wave, name);
+                })
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+          }
         }
       }
     }

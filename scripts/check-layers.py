@@ -3,8 +3,11 @@
 
 Floors, lowest first: common ← formats ← executables (k3prep, k3verify, k3run; none includes
 another's sources). Inside k3run: kernels ← ops ← weights ← stream ← engine ← app; text (tokenizer,
-chat text) includes no other k3run folder, and engine opens the tokenizer. Prints `path:line: rule` for
-each upward include and exits 1 if there is any.
+chat text) includes no other k3run folder, and engine opens the tokenizer. Also: the per-ISA kernel
+files (k3run/kernels/*_avx2.cpp, *_avx512.cpp, compiled with -mavx2/-mavx512f) include only
+<immintrin.h>, <cstdint> and kernels_internal.h, since an inline function or template from any
+other header could be emitted there with AVX code and picked by the linker for portable callers
+(kernels_internal.h). Prints `path:line: rule` for each breach and exits 1 if there is any.
 Usage: scripts/check-layers.py [ROOT]   (default: the repository this script is in)
 """
 import os
@@ -33,6 +36,9 @@ TOP_BELOW = {
     'k3run': {'common', 'formats'},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s+([<"][^>"]+[>"])')
+ISA_FILE = re.compile(r'^k3run/kernels/[^/]+_(avx2|avx512)\.cpp$')
+ISA_INCLUDES = {'<immintrin.h>', '<cstdint>', '"k3run/kernels/kernels_internal.h"'}
 
 
 def module_of(path):
@@ -67,8 +73,14 @@ def main():
                 if src[0] == 'k3run' and src[1] is None:
                     problems.append(f'{path}:1: k3run/ files live in its layer folders')
                     continue
+                isa_file = ISA_FILE.match(path) is not None
                 with open(os.path.join(root, path), encoding='utf-8', errors='replace') as f:
                     for lineno, line in enumerate(f, 1):
+                        any_m = ANY_INCLUDE.match(line)
+                        if isa_file and any_m and any_m.group(1) not in ISA_INCLUDES:
+                            problems.append(f'{path}:{lineno}: an ISA kernel file may include only '
+                                            f'<immintrin.h>, <cstdint> and kernels_internal.h, '
+                                            f'not {any_m.group(1)} (kernels_internal.h: why)')
                         m = INCLUDE.match(line)
                         if not m:
                             continue

@@ -4,7 +4,6 @@
 // calls nothing inline from a header (kernels_internal.h explains why).
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "k3run/kernels/kernels_internal.h"
@@ -221,6 +220,23 @@ void RowBlock(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T,
   for (; t < T; ++t) Tile<L, RB, 1, 1>(w, rows, cols, x, y, r0, t);
 }
 
+// Tiles of rb rows that a T = 1 tile prefetches ahead: at least kShortRowsAheadBytes (as on
+// avx512: an expert's 256-column MXFP4 rows are 512 bytes a tile of 4). The tiles before the
+// first one's target are prefetched here, all at once. (No std::min/max: this file calls no
+// inline function from a header, kernels_internal.h.)
+template <class L>
+int64_t TilesAhead(const L& w, int64_t rb, int64_t r, int64_t r_end) {
+  const int64_t tile = rb * w.row_bytes();
+  const int64_t ahead = tile >= kShortRowsAheadBytes ? 1 : (kShortRowsAheadBytes + tile - 1) / tile;
+  if (ahead > 1) {
+    const int64_t n = (r + ahead * rb < r_end ? r + ahead * rb : r_end) - r;
+    const char* p = static_cast<const char*>(w.RowStart(r));
+    for (int64_t b = 0; b < n * w.row_bytes(); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+    w.PrefetchSide(r, n);
+  }
+  return ahead;
+}
+
 template <class L>
 void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, float* y,
           int64_t r_begin, int64_t r_end) {
@@ -228,16 +244,7 @@ void Rows(const L& w, int64_t rows, int64_t cols, const float* x, int64_t T, flo
   // 16 ymm registers: 4 rows × 1 activation or 2 × 2 leaves room for the operands.
   if (T == 1) {
     if (4 * w.row_bytes() <= kMaxPrefetchBytes) {
-      // At least kShortRowsAheadBytes ahead, the tiles before that prefetched here (as on
-      // avx512: an expert's 256-column MXFP4 rows are 512 bytes a tile of 4).
-      const int64_t tile = 4 * w.row_bytes();
-      const int64_t ahead = std::max<int64_t>(1, (kShortRowsAheadBytes + tile - 1) / tile);
-      if (ahead > 1) {
-        const int64_t n = std::min(r_end, r + ahead * 4) - r;
-        const char* p = static_cast<const char*>(w.RowStart(r));
-        for (int64_t b = 0; b < n * w.row_bytes(); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
-        w.PrefetchSide(r, n);
-      }
+      const int64_t ahead = TilesAhead(w, 4, r, r_end);
       for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, 1>(w, rows, cols, x, y, r, 0, ahead);
     } else {
       for (; r + 4 <= r_end; r += 4) Tile<L, 4, 1, -1>(w, rows, cols, x, y, r, 0);

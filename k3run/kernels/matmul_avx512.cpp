@@ -4,7 +4,6 @@
 // and calls nothing inline from a header (kernels_internal.h explains why).
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "k3run/kernels/kernels_internal.h"
@@ -453,10 +452,15 @@ void Mxfp4RowBlock(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* 
 
 // Blocks of RB rows that a tile prefetches ahead (PrefetchStart): at least kShortRowsAheadBytes.
 // The blocks before the first tile's target are prefetched here, all at once.
+// (No std::min/max here: this file calls no inline function from a header, kernels_internal.h.)
 int64_t Mxfp4Ahead(const Mxfp4Rows& w, int64_t rb, int64_t r, int64_t r_end) {
   const int64_t block = rb * w.row_bytes();
-  const int64_t ahead = std::max<int64_t>(1, (kShortRowsAheadBytes + block - 1) / block);
-  if (ahead > 1) PrefetchRows(w, r, std::min(r_end, r + ahead * rb) - r);
+  const int64_t ahead =
+      block >= kShortRowsAheadBytes ? 1 : (kShortRowsAheadBytes + block - 1) / block;
+  if (ahead > 1) {
+    const int64_t end = r + ahead * rb < r_end ? r + ahead * rb : r_end;
+    PrefetchRows(w, r, end - r);
+  }
   return ahead;
 }
 

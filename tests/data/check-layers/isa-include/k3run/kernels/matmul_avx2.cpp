@@ -1,0 +1,4 @@
+// A per-ISA kernel file that includes a header with inline templates (the check must refuse it).
+#include <immintrin.h>
+
+#include <algorithm>

@@ -87,8 +87,9 @@ void RouterLogitsRows(const Matrix& w, const float* x, int64_t T, double* out) {
   });
 }
 
-void RouterLogitsOnThisThread(const Matrix& w, const float* x, double* out) {
-  RouterRowsFor(ActiveIsa())(w, x, 1, out, 0, w.rows);
+void RouterLogitsOnThisThread(const Matrix& w, const float* x, int64_t T, double* out) {
+  if (T <= 0) return;
+  RouterRowsFor(ActiveIsa())(w, x, T, out, 0, w.rows);
 }
 
 }  // namespace k3::kernels

@@ -46,9 +46,10 @@ void RouterLogits(const Matrix& w, const float* x, double* out);
 // (the same bits on every path), with the weights read once for all T (AVX-512: each 8-row
 // group's transposed columns feed up to 4 activation rows; AVX2 and scalar: row after row).
 void RouterLogitsRows(const Matrix& w, const float* x, int64_t T, double* out);
-// The same sums, same bits, on the calling thread only: for callers that spread independent
-// products over the compute threads themselves (MLA's scores over the latent cache, a head per
-// thread: k3run/ops/mla.h). Safe to call from inside ParallelChunks.
-void RouterLogitsOnThisThread(const Matrix& w, const float* x, double* out);
+// RouterLogitsRows's sums, same bits, on the calling thread only: for callers that spread
+// independent products over the compute threads themselves (MLA's scores over the latent cache:
+// the queries of a group of heads against one sequence's cache, k3run/ops/mla.h). Safe to call
+// from inside ParallelChunks.
+void RouterLogitsOnThisThread(const Matrix& w, const float* x, int64_t T, double* out);
 
 }  // namespace k3::kernels

@@ -21,6 +21,11 @@ namespace {
 
 std::vector<float> Buf(int64_t n) { return std::vector<float>(static_cast<size_t>(n)); }
 
+template <typename V>
+void Grow(std::vector<V>* v, int64_t n) {
+  if (v->size() < static_cast<size_t>(n)) v->resize(static_cast<size_t>(n));
+}
+
 // Rows [row0, row0 + rows) of `w` as a matrix of their own (F32 or BF16: plain row-major).
 kernels::Matrix RowSlice(const kernels::Matrix& w, int64_t row0, int64_t rows) {
   kernels::Matrix m = w;
@@ -30,34 +35,108 @@ kernels::Matrix RowSlice(const kernels::Matrix& w, int64_t row0, int64_t rows) {
   return m;
 }
 
-// ō += p · row, element by element in fp32 (a product, then a sum); restrict lets the compiler
-// vectorise over j, which changes no element's operations.
-void AddScaledRow(float p, const float* __restrict row, int64_t c, float* __restrict o) {
-  for (int64_t j = 0; j < c; ++j) o[j] += p * row[j];
+// Sixteen fp32 lanes (GCC vector extension): +, * act element by element with one IEEE rounding
+// each, in any target's registers (zmm in the AVX-512 copy below, halves or quarters in the
+// others). Moved with memcpy (any alignment); never passed by value (that ABI differs by target).
+typedef float Lanes16 __attribute__((vector_size(64)));
+
+// o[jn floats] += Σ_s p[s]·row_s for two heads' scores pa, pb over the positions [s0, s1) of
+// rows `width` floats apart from `rows`: each element a product, then a sum, s ascending.
+// jn = 64 keeps 8 accumulators in registers; jn = 16 two; the columns past those, one by one.
+template <int kVectors>
+[[gnu::always_inline]] inline void HeadPairColumns(const float* pa, const float* pb,
+                                                  int64_t s0, int64_t s1, const float* rows,
+                                                  int64_t width, float* oa, float* ob) {
+  Lanes16 a[kVectors], b[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    std::memcpy(&a[v], oa + 16 * v, sizeof(Lanes16));
+    std::memcpy(&b[v], ob + 16 * v, sizeof(Lanes16));
+  }
+  for (int64_t s = s0; s < s1; ++s) {
+    const float* row = rows + s * width;
+    const float wa = pa[s], wb = pb[s];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVectors; ++v) {
+      Lanes16 x;
+      std::memcpy(&x, row + 16 * v, sizeof x);
+      a[v] = a[v] + wa * x;
+      b[v] = b[v] + wb * x;
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    std::memcpy(oa + 16 * v, &a[v], sizeof(Lanes16));
+    std::memcpy(ob + 16 * v, &b[v], sizeof(Lanes16));
+  }
 }
 
-// Steps 3–5 for head h and the n rows from `first` of a pass of T rows (one sequence's, the
-// first at position p0): ō[h][t] from q̃[h][t], the rope query and the cache.
-// The scores are the router kernel's double sums (kernels/router_dot.h: one double accumulator
-// per cached position, terms in ascending index) of the query [q̃_h ‖ q_rope] against each cache
-// row [latent ‖ k_rope]: latent terms, then rope terms, as step 3 says. `query` (c + r floats),
-// `acc` (len + n doubles) and `score` (len + n floats) belong to the calling thread.
-void AttendHead(const Dims& d, int64_t h, int64_t T, int64_t first, int64_t n, int64_t p0,
-                const float* q, const float* qt, const MlaCache& cache, float scale,
-                float* query, double* acc, float* score, float* obar) {
-  const int64_t H = d.n_heads, nope = d.qk_nope, r = d.qk_rope, qh = d.qk_head(), c = d.kv_lora;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t t = first + i, len = p0 + i + 1;  // causal: s ≤ the row's position
-    std::memcpy(query, qt + (h * T + t) * c, size_t(c) * 4);             // q̃_h
-    std::memcpy(query + c, q + (t * H + h) * qh + nope, size_t(r) * 4);  // the rope query
-    const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, cache.data.data(), nullptr};
-    kernels::RouterLogitsOnThisThread(keys, query, acc);
-    for (int64_t s = 0; s < len; ++s) score[s] = static_cast<float>(acc[s]) * scale;
-    Softmax(score, len, score);
-    float* o = obar + (h * T + t) * c;
-    for (int64_t j = 0; j < c; ++j) o[j] = 0.0f;
-    for (int64_t s = 0; s < len; ++s) AddScaledRow(score[s], cache.row(s), c, o);
+// Every head pair of the group over the columns [j, j + 16·kVectors) of positions [s0, s1).
+// (Helpers of WeightedLatents are always inlined, never lambdas or calls: only its own body is
+// compiled in each target's copy.)
+template <int kVectors>
+[[gnu::always_inline]] inline void HeadPairs(const float* p, int64_t len, int64_t nh, int64_t s0,
+                                            int64_t s1, const float* rows, int64_t width,
+                                            float* const* o, int64_t j) {
+  for (int64_t i = 0; i < nh; i += 2) {
+    const int64_t k = i + 1 < nh ? i + 1 : i;
+    HeadPairColumns<kVectors>(p + i * len, p + k * len, s0, s1, rows, width, o[i] + j, o[k] + j);
   }
+}
+
+// Step 5 for a group of nh heads: o[i][j] += p_i[s]·latent_s[j] for s ascending in [0, len), with
+// p_i = p + i·len and latent_s the first c of the `width` floats of cache row s; o[i] starts at
+// zero. Each element is one accumulator, a product then a sum per position, s ascending, whatever
+// the blocking: positions in blocks of 64 (their 64-column slices stay in L1 while every head
+// pair reads them), columns 64 at a time, heads two at a time (an odd last head pairs with
+// itself, its sums computed twice and stored twice, identically). Compiled in AVX-512, AVX2 and
+// baseline copies (math.h): the same IEEE operations per element in each, so the same bits.
+// Before (a row at a time, the 4-lane baseline copy alone, o loaded and stored for every
+// position): about 100 ms a layer at 32,768 positions of the released dims on two threads.
+K3_ELEMENTWISE_CLONES void WeightedLatents(const float* p, int64_t len, int64_t nh,
+                                           const float* cache, int64_t width, int64_t c,
+                                           float* const* o) {
+  constexpr int64_t kPositions = 64;
+  for (int64_t i = 0; i < nh; ++i) std::memset(o[i], 0, size_t(c) * sizeof(float));
+  for (int64_t s0 = 0; s0 < len; s0 += kPositions) {
+    const int64_t s1 = len - s0 < kPositions ? len : s0 + kPositions;
+    int64_t j = 0;
+    for (; j + 64 <= c; j += 64) HeadPairs<4>(p, len, nh, s0, s1, cache + j, width, o, j);
+    for (; j + 16 <= c; j += 16) HeadPairs<1>(p, len, nh, s0, s1, cache + j, width, o, j);
+    for (; j < c; ++j) {
+      for (int64_t i = 0; i < nh; ++i) {
+        for (int64_t s = s0; s < s1; ++s) o[i][j] = o[i][j] + p[i * len + s] * cache[s * width + j];
+      }
+    }
+  }
+}
+
+// Steps 3–5 for one row (position p = len − 1 of a sequence's cache) and the heads [h0, h0 + nh):
+// ō[h][t] from q̃[h][t], the rope query and the cache. The heads of a group share every read of
+// the cache: their queries [q̃_h ‖ q_rope] go to the router kernel together (kernels/router_dot.h:
+// per (head, position) one double accumulator, terms in ascending index, the same bits as one
+// query at a time), and step 5 walks the positions once, adding each latent row into every
+// head's ō. Each ō element still sums its positions in ascending order with a product, then a
+// sum, so the group (its size, its heads) never changes a bit. Before, each head read the whole
+// cache on its own: 96 times per row at the released dims. `query` (nh·(c + r) floats), `acc`
+// (nh·len doubles) and `score` (nh·len floats) belong to the calling thread.
+void AttendHeads(const Dims& d, int64_t h0, int64_t nh, int64_t T, int64_t t, int64_t len,
+                 const float* q, const float* qt, const MlaCache& cache, float scale,
+                 float* query, double* acc, float* score, float* obar) {
+  const int64_t H = d.n_heads, nope = d.qk_nope, r = d.qk_rope, qh = d.qk_head(), c = d.kv_lora;
+  for (int64_t i = 0; i < nh; ++i) {
+    const int64_t h = h0 + i;
+    std::memcpy(query + i * (c + r), qt + (h * T + t) * c, size_t(c) * 4);             // q̃_h
+    std::memcpy(query + i * (c + r) + c, q + (t * H + h) * qh + nope, size_t(r) * 4);  // rope
+  }
+  const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, cache.data.data(), nullptr};
+  kernels::RouterLogitsOnThisThread(keys, query, nh, acc);  // acc [nh][len]
+  for (int64_t i = 0; i < nh; ++i) {
+    float* si = score + i * len;
+    for (int64_t s = 0; s < len; ++s) si[s] = static_cast<float>(acc[i * len + s]) * scale;
+    Softmax(si, len, si);
+  }
+  float* o[kMlaHeadGroup];
+  for (int64_t i = 0; i < nh; ++i) o[i] = obar + ((h0 + i) * T + t) * c;
+  WeightedLatents(score, len, nh, cache.data.data(), cache.width, c, o);
 }
 
 Status CheckRoom(const MlaCache& cache, int64_t n) {
@@ -141,26 +220,50 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
   }
   if (longest == 0) return Status::Ok();
 
-  // 3.–5. (sequence, head) pairs claimed one at a time by the compute threads, one score
-  // buffer per thread sized for the longest sequence: one fork/join for every sequence of the
-  // pass (a decode pass of 16 sequences forked 16 times per layer before).
-  const int64_t pairs = static_cast<int64_t>(segments.size()) * H;
-  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kernels::Threads(), pairs)));
+  // 3.–5. Units of (row, group of heads), claimed one at a time by the compute threads: one
+  // fork/join for every sequence of the pass, and each thread's scratch sized for one group at
+  // the longest sequence. Groups of up to kMlaHeadGroup heads, smaller when a pass has too few
+  // rows to give every thread a unit (a one-row decode pass).
+  int64_t rows = 0;
+  std::vector<int64_t> row_begin(segments.size() + 1, 0);  // segment i: units from row_begin[i]
+  for (size_t i = 0; i < segments.size(); ++i) {
+    rows += std::max<int64_t>(segments[i].n, 0);
+    row_begin[i + 1] = rows;
+  }
+  const int64_t threads_wanted = std::max(1, kernels::Threads());
+  const int64_t wanted_groups = std::min(
+      H, std::max((H + kMlaHeadGroup - 1) / kMlaHeadGroup, (threads_wanted + rows - 1) / rows));
+  const int64_t per_group = (H + wanted_groups - 1) / wanted_groups;
+  const int64_t groups = (H + per_group - 1) / per_group;  // every group has a head
+  const int64_t units = rows * groups;
+  const int threads = static_cast<int>(std::min(threads_wanted, units));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.qk_head()));
   const int64_t width = MlaCacheWidth(d);
-  std::vector<float> score = Buf(threads * (longest + width));
-  std::vector<double> acc(static_cast<size_t>(threads * longest));
-  std::atomic<int64_t> next_pair{0};
+  // Kept by the calling thread and grown, never cleared: every element is written before it is
+  // read (queries copied, sums stored, scores from the sums). A fresh buffer per layer (12.6 MB
+  // at 32,768 positions of the released dims on two threads) cost its page faults and zeroing
+  // on every call.
+  thread_local std::vector<float> query, score;
+  thread_local std::vector<double> acc;
+  Grow(&query, threads * per_group * width);
+  Grow(&score, threads * per_group * longest);
+  Grow(&acc, threads * per_group * longest);
+  // The lambda below runs on other threads too: it must see this thread's buffers, by pointer.
+  float* const queries = query.data();
+  float* const scores = score.data();
+  double* const sums = acc.data();
+  std::atomic<int64_t> next_unit{0};
   kernels::ParallelChunks(threads, threads, [&](int64_t chunk) {
-    float* mine = score.data() + chunk * (longest + width);
-    double* sums = acc.data() + chunk * longest;
-    for (int64_t pair = next_pair++; pair < pairs; pair = next_pair++) {
-      const size_t i = static_cast<size_t>(pair / H);
+    for (int64_t unit = next_unit++; unit < units; unit = next_unit++) {
+      const int64_t row = unit / groups, h0 = unit % groups * per_group;
+      const size_t i = static_cast<size_t>(
+          std::upper_bound(row_begin.begin(), row_begin.end(), row) - row_begin.begin() - 1);
       const MlaSegment& g = segments[i];
-      if (g.n <= 0) continue;
-      const int64_t len = p0[i] + g.n;
-      AttendHead(d, pair % H, T, g.first, g.n, p0[i], r->q.data(), r->qt.data(), *g.cache,
-                 scale, mine + len, sums, mine, r->obar.data());
+      const int64_t j = row - row_begin[i];  // the segment's row: position p0 + j
+      AttendHeads(d, h0, std::min(per_group, H - h0), T, g.first + j, p0[i] + j + 1,
+                  r->q.data(), r->qt.data(), *g.cache, scale,
+                  queries + chunk * per_group * width, sums + chunk * per_group * longest,
+                  scores + chunk * per_group * longest, r->obar.data());
     }
   });
   return Status::Ok();

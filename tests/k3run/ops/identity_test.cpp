@@ -10,12 +10,14 @@
 
 #include "k3run/kernels/matmul.h"
 #include "k3run/ops/layer.h"
+#include "kernel_settings.h"
 #include "random_model.h"
 
 namespace k3::ops {
 namespace {
 
 using testing::RandomDims;
+using testing::KernelSettings;
 using testing::RandomModel;
 
 ::testing::AssertionResult SameBits(const std::string& what, const std::vector<float>& a,
@@ -30,20 +32,6 @@ using testing::RandomModel;
   }
   return ::testing::AssertionSuccess();
 }
-
-// Restores the process-wide kernel settings a test changes.
-class KernelSettings {
- public:
-  KernelSettings() : isa_(kernels::ActiveIsa()), threads_(kernels::Threads()) {}
-  ~KernelSettings() {
-    kernels::SetIsa(isa_);
-    kernels::SetThreads(threads_);
-  }
-
- private:
-  kernels::Isa isa_;
-  int threads_;
-};
 
 constexpr int64_t kT = 5;
 

@@ -73,17 +73,18 @@ template <int kVectors>
 // (Helpers of WeightedLatents are always inlined, never lambdas or calls: only its own body is
 // compiled in each target's copy.)
 template <int kVectors>
-[[gnu::always_inline]] inline void HeadPairs(const float* p, int64_t len, int64_t nh, int64_t s0,
-                                            int64_t s1, const float* rows, int64_t width,
-                                            float* const* o, int64_t j) {
+[[gnu::always_inline]] inline void HeadPairs(const float* p, int64_t stride, int64_t nh,
+                                            int64_t s0, int64_t s1, const float* rows,
+                                            int64_t width, float* const* o, int64_t j) {
   for (int64_t i = 0; i < nh; i += 2) {
     const int64_t k = i + 1 < nh ? i + 1 : i;
-    HeadPairColumns<kVectors>(p + i * len, p + k * len, s0, s1, rows, width, o[i] + j, o[k] + j);
+    HeadPairColumns<kVectors>(p + i * stride, p + k * stride, s0, s1, rows, width, o[i] + j,
+                              o[k] + j);
   }
 }
 
 // Step 5 for a group of nh heads: o[i][j] += p_i[s]·latent_s[j] for s ascending in [0, len), with
-// p_i = p + i·len and latent_s the first c of the `width` floats of cache row s; o[i] starts at
+// p_i = p + i·stride and latent_s the first c of the `width` floats of cache row s; o[i] starts at
 // zero. Each element is one accumulator, a product then a sum per position, s ascending, whatever
 // the blocking: positions in blocks of 64 (their 64-column slices stay in L1 while every head
 // pair reads them), columns 64 at a time, heads two at a time (an odd last head pairs with
@@ -91,52 +92,71 @@ template <int kVectors>
 // baseline copies (math.h): the same IEEE operations per element in each, so the same bits.
 // Before (a row at a time, the 4-lane baseline copy alone, o loaded and stored for every
 // position): about 100 ms a layer at 32,768 positions of the released dims on two threads.
-K3_ELEMENTWISE_CLONES void WeightedLatents(const float* p, int64_t len, int64_t nh,
-                                           const float* cache, int64_t width, int64_t c,
-                                           float* const* o) {
+K3_ELEMENTWISE_CLONES void WeightedLatents(const float* p, int64_t stride, int64_t len,
+                                           int64_t nh, const float* cache, int64_t width,
+                                           int64_t c, float* const* o) {
   constexpr int64_t kPositions = 64;
   for (int64_t i = 0; i < nh; ++i) std::memset(o[i], 0, size_t(c) * sizeof(float));
   for (int64_t s0 = 0; s0 < len; s0 += kPositions) {
     const int64_t s1 = len - s0 < kPositions ? len : s0 + kPositions;
     int64_t j = 0;
-    for (; j + 64 <= c; j += 64) HeadPairs<4>(p, len, nh, s0, s1, cache + j, width, o, j);
-    for (; j + 16 <= c; j += 16) HeadPairs<1>(p, len, nh, s0, s1, cache + j, width, o, j);
+    for (; j + 64 <= c; j += 64) HeadPairs<4>(p, stride, nh, s0, s1, cache + j, width, o, j);
+    for (; j + 16 <= c; j += 16) HeadPairs<1>(p, stride, nh, s0, s1, cache + j, width, o, j);
     for (; j < c; ++j) {
       for (int64_t i = 0; i < nh; ++i) {
-        for (int64_t s = s0; s < s1; ++s) o[i][j] = o[i][j] + p[i * len + s] * cache[s * width + j];
+        for (int64_t s = s0; s < s1; ++s) {
+          o[i][j] = o[i][j] + p[i * stride + s] * cache[s * width + j];
+        }
       }
     }
   }
 }
 
-// Steps 3–5 for one row (position p = len − 1 of a sequence's cache) and the heads [h0, h0 + nh):
-// ō[h][t] from q̃[h][t], the rope query and the cache. The heads of a group share every read of
-// the cache: their queries [q̃_h ‖ q_rope] go to the router kernel together (kernels/router_dot.h:
-// per (head, position) one double accumulator, terms in ascending index, the same bits as one
-// query at a time), and step 5 walks the positions once, adding each latent row into every
-// head's ō. Each ō element still sums its positions in ascending order with a product, then a
-// sum, so the group (its size, its heads) never changes a bit. Before, each head read the whole
-// cache on its own: 96 times per row at the released dims. `query` (nh·(c + r) floats), `acc`
-// (nh·len doubles) and `score` (nh·len floats) belong to the calling thread.
-void AttendHeads(const Dims& d, int64_t h0, int64_t nh, int64_t T, int64_t t, int64_t len,
-                 const float* q, const float* qt, const MlaCache& cache, float scale,
-                 float* query, double* acc, float* score, float* obar) {
+// Steps 3–5 for the nr rows t0 … t0 + nr − 1 of a pass (consecutive positions of one sequence,
+// the first at cache length len0, i.e. position len0 − 1) and the heads [h0, h0 + nh): ō[h][t]
+// from q̃[h][t], the rope query and the cache. The block's queries [q̃_h ‖ q_rope] share every
+// read of the cache: they go to the router kernel together (kernels/router_dot.h: per (query,
+// position) one double accumulator, terms in ascending index, the same bits as one query at a
+// time) over the positions the last row sees; each row keeps the scores of its own positions
+// (causal) and discards the rest. Step 5 walks the positions once per row, adding each latent
+// row into every head's ō. Each ō element still sums its positions in ascending order with a
+// product, then a sum, so the blocks (their rows, their heads) never change a bit. Before, each
+// head read the whole cache on its own: 96 times per row at the released dims. `query`
+// (nr·nh·(c + r) floats), `acc` (nr·nh·(len0 + nr − 1) doubles) and `score` (as many floats)
+// belong to the calling thread.
+struct Block {
+  int64_t t0, nr, len0;  // rows t0 … t0 + nr − 1 of the pass, the first at cache length len0
+  const MlaCache* cache;
+};
+
+void AttendBlock(const Dims& d, const Block& b, int64_t h0, int64_t nh, int64_t T,
+                 const float* q, const float* qt, float scale, float* query, double* acc,
+                 float* score, float* obar) {
   const int64_t H = d.n_heads, nope = d.qk_nope, r = d.qk_rope, qh = d.qk_head(), c = d.kv_lora;
-  for (int64_t i = 0; i < nh; ++i) {
-    const int64_t h = h0 + i;
-    std::memcpy(query + i * (c + r), qt + (h * T + t) * c, size_t(c) * 4);             // q̃_h
-    std::memcpy(query + i * (c + r) + c, q + (t * H + h) * qh + nope, size_t(r) * 4);  // rope
+  const int64_t len = b.len0 + b.nr - 1, n = b.nr * nh;  // positions the last row sees; queries
+  for (int64_t k = 0; k < b.nr; ++k) {
+    const int64_t t = b.t0 + k;
+    for (int64_t i = 0; i < nh; ++i) {
+      float* x = query + (k * nh + i) * (c + r);
+      std::memcpy(x, qt + ((h0 + i) * T + t) * c, size_t(c) * 4);             // q̃_h
+      std::memcpy(x + c, q + (t * H + h0 + i) * qh + nope, size_t(r) * 4);  // the rope query
+    }
   }
-  const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, cache.data.data(), nullptr};
-  kernels::RouterLogitsOnThisThread(keys, query, nh, acc);  // acc [nh][len]
-  for (int64_t i = 0; i < nh; ++i) {
-    float* si = score + i * len;
-    for (int64_t s = 0; s < len; ++s) si[s] = static_cast<float>(acc[i * len + s]) * scale;
-    Softmax(si, len, si);
-  }
+  const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, b.cache->data.data(), nullptr};
+  kernels::RouterLogitsOnThisThread(keys, query, n, acc);  // acc [n][len]
   float* o[kMlaHeadGroup];
-  for (int64_t i = 0; i < nh; ++i) o[i] = obar + ((h0 + i) * T + t) * c;
-  WeightedLatents(score, len, nh, cache.data.data(), cache.width, c, o);
+  for (int64_t k = 0; k < b.nr; ++k) {
+    const int64_t seen = b.len0 + k;  // causal: positions 0 … len0 − 1 + k
+    float* sk = score + k * nh * len;
+    for (int64_t i = 0; i < nh; ++i) {
+      const double* a = acc + (k * nh + i) * len;
+      float* si = sk + i * len;
+      for (int64_t s = 0; s < seen; ++s) si[s] = static_cast<float>(a[s]) * scale;
+      Softmax(si, seen, si);
+      o[i] = obar + ((h0 + i) * T + b.t0 + k) * c;
+    }
+    WeightedLatents(sk, len, seen, nh, b.cache->data.data(), b.cache->width, c, o);
+  }
 }
 
 Status CheckRoom(const MlaCache& cache, int64_t n) {
@@ -220,22 +240,29 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
   }
   if (longest == 0) return Status::Ok();
 
-  // 3.–5. Units of (row, group of heads), claimed one at a time by the compute threads: one
-  // fork/join for every sequence of the pass, and each thread's scratch sized for one group at
-  // the longest sequence. Groups of up to kMlaHeadGroup heads, smaller when a pass has too few
-  // rows to give every thread a unit (a one-row decode pass).
-  int64_t rows = 0;
-  std::vector<int64_t> row_begin(segments.size() + 1, 0);  // segment i: units from row_begin[i]
-  for (size_t i = 0; i < segments.size(); ++i) {
-    rows += std::max<int64_t>(segments[i].n, 0);
-    row_begin[i + 1] = rows;
-  }
+  // 3.–5. Units of (block of a sequence's consecutive rows, group of heads), claimed one at a
+  // time by the compute threads: one fork/join for every sequence of the pass. A unit has at
+  // most kMlaHeadGroup queries (rows × heads): groups of up to that many heads, one row a block
+  // when the heads fill it, else as many rows as fit (prefill); fewer heads a group when a pass
+  // has too few blocks to give every thread a unit (a one-row decode pass). Each thread's
+  // scratch is one unit's, sized for the longest sequence.
   const int64_t threads_wanted = std::max(1, kernels::Threads());
-  const int64_t wanted_groups = std::min(
-      H, std::max((H + kMlaHeadGroup - 1) / kMlaHeadGroup, (threads_wanted + rows - 1) / rows));
+  const int64_t heads_max = std::min(H, kMlaHeadGroup);
+  const int64_t rows_per_block = std::max<int64_t>(1, kMlaHeadGroup / heads_max);
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const MlaSegment& g = segments[i];
+    for (int64_t j = 0; j < g.n; j += rows_per_block) {
+      const int64_t nr = std::min(rows_per_block, g.n - j);
+      blocks.push_back(Block{g.first + j, nr, p0[i] + j + 1, g.cache});
+    }
+  }
+  const auto nb = static_cast<int64_t>(blocks.size());
+  const int64_t wanted_groups =
+      std::min(H, std::max((H + heads_max - 1) / heads_max, (threads_wanted + nb - 1) / nb));
   const int64_t per_group = (H + wanted_groups - 1) / wanted_groups;
   const int64_t groups = (H + per_group - 1) / per_group;  // every group has a head
-  const int64_t units = rows * groups;
+  const int64_t units = nb * groups, most = rows_per_block * per_group;  // queries of a unit
   const int threads = static_cast<int>(std::min(threads_wanted, units));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.qk_head()));
   const int64_t width = MlaCacheWidth(d);
@@ -245,9 +272,9 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
   // on every call.
   thread_local std::vector<float> query, score;
   thread_local std::vector<double> acc;
-  Grow(&query, threads * per_group * width);
-  Grow(&score, threads * per_group * longest);
-  Grow(&acc, threads * per_group * longest);
+  Grow(&query, threads * most * width);
+  Grow(&score, threads * most * longest);
+  Grow(&acc, threads * most * longest);
   // The lambda below runs on other threads too: it must see this thread's buffers, by pointer.
   float* const queries = query.data();
   float* const scores = score.data();
@@ -255,15 +282,11 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
   std::atomic<int64_t> next_unit{0};
   kernels::ParallelChunks(threads, threads, [&](int64_t chunk) {
     for (int64_t unit = next_unit++; unit < units; unit = next_unit++) {
-      const int64_t row = unit / groups, h0 = unit % groups * per_group;
-      const size_t i = static_cast<size_t>(
-          std::upper_bound(row_begin.begin(), row_begin.end(), row) - row_begin.begin() - 1);
-      const MlaSegment& g = segments[i];
-      const int64_t j = row - row_begin[i];  // the segment's row: position p0 + j
-      AttendHeads(d, h0, std::min(per_group, H - h0), T, g.first + j, p0[i] + j + 1,
-                  r->q.data(), r->qt.data(), *g.cache, scale,
-                  queries + chunk * per_group * width, sums + chunk * per_group * longest,
-                  scores + chunk * per_group * longest, r->obar.data());
+      const int64_t h0 = unit % groups * per_group;
+      AttendBlock(d, blocks[static_cast<size_t>(unit / groups)], h0, std::min(per_group, H - h0),
+                  T, r->q.data(), r->qt.data(), scale, queries + chunk * most * width,
+                  sums + chunk * most * longest, scores + chunk * most * longest,
+                  r->obar.data());
     }
   });
   return Status::Ok();

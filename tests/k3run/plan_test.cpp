@@ -1,8 +1,6 @@
 // Memory plan numbers, computed by hand from MODEL.md §7's state description.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "k3run/ops/mla.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3prep/synth/presets.h"
@@ -60,9 +58,9 @@ TEST(ScratchBytes, GrowsWithRowsAndPositionsAndCoversTheLogits) {
   EXPECT_EQ(ScratchBytes(*c, 8, 10) - one, 7 * per_row);
   EXPECT_GT(per_row, 4u * uint64_t(c->hidden));
   EXPECT_GT(ScratchBytes(*c, 1, 1000), one);
-  // MLA scores: per thread, not per row, one group of heads (ops::kMlaHeadGroup at most) ×
-  // `positions` floats and doubles, and the group's queries (kv_lora + rope floats a head).
-  const uint64_t group = uint64_t(std::min<int64_t>(c->n_heads, ops::kMlaHeadGroup));
+  // MLA scores: per thread, not per row, a unit of ops::kMlaHeadGroup queries (rows × heads)
+  // × `positions` floats and doubles, and the queries themselves (kv_lora + rope floats each).
+  const uint64_t group = uint64_t(ops::kMlaHeadGroup);
   const uint64_t per_thread = group * (12u * 1000u + 4u * uint64_t(c->kv_lora + c->qk_rope));
   EXPECT_EQ(ScratchBytes(*c, 1, 1000, 2) - ScratchBytes(*c, 1, 1000, 1), per_thread);
   EXPECT_EQ(ScratchBytes(*c, 5, 1000, 2) - ScratchBytes(*c, 5, 1000, 1), per_thread);

@@ -1,10 +1,12 @@
-// MlaAttendMany's steps 3–5 (heads in groups sharing each read of the cache, step 5 blocked over
-// positions, columns and head pairs) against the order k3run/ops/mla.h states, written here one
-// head, one row and one position at a time with plain loops: the same bits on every ISA path
-// and thread count. The dims reach every blocking edge: 21 heads (groups of 16 and 5, an odd last
-// head pair), kv_lora 88 (a 64-column block, a 16-column block, 8 columns one by one), caches of
-// up to 150 positions (position blocks of 64 and a ragged last one), segments of 3, 0, 1 and 2
-// rows (a 1-row pass splits the heads further, so that both threads get work).
+// MlaAttendMany's steps 3–5 (units of a block of rows × a group of heads sharing each read of the
+// cache, step 5 blocked over positions, columns and head pairs) against the order
+// k3run/ops/mla.h states, written here one head, one row and one position at a time with plain
+// loops: the same bits on every ISA path and thread count. The dims reach every blocking edge:
+// 21 heads (blocks of 2 rows; an odd last head pair) and 50 heads (more than kMlaHeadGroup:
+// groups of 25, one row a block), kv_lora 88 (a 64-column block, a 16-column block, 8 columns
+// one by one), caches of up to 150 positions (position blocks of 64 and a ragged last one),
+// segments of 3, 0, 1 and 2 rows (a 1-row pass splits the heads further, so that every thread
+// gets work).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,9 +26,10 @@ namespace {
 
 using testing::KernelSettings;
 
-Dims AttendDims() {
+Dims AttendDims(int64_t heads) {
+  static_assert(kMlaHeadGroup >= 42 && kMlaHeadGroup < 50, "the dims below assume 48");
   Dims d;
-  d.n_heads = 21;
+  d.n_heads = heads;
   d.kv_lora = 88;
   d.qk_nope = 24;
   d.qk_rope = 8;
@@ -107,8 +110,8 @@ void ReferenceHead(const Dims& d, const Pass& p, const MlaCache& cache, int64_t 
 }
 
 // Runs MlaAttendMany on a fresh pass and checks every ō element against ReferenceHead.
-void CheckPass(const std::vector<Sequence>& seqs, const std::string& what) {
-  const Dims d = AttendDims();
+void CheckPass(int64_t heads, const std::vector<Sequence>& seqs, const std::string& what) {
+  const Dims d = AttendDims(heads);
   Pass p = MakePass(d, seqs, 5);
   ASSERT_TRUE(MlaAttendMany(p.w, d, p.segments, &p.rows).ok()) << what;
   const int64_t c = d.kv_lora, T = p.rows.T;
@@ -131,7 +134,7 @@ void CheckPass(const std::vector<Sequence>& seqs, const std::string& what) {
   }
 }
 
-TEST(MlaAttend, HeadGroupsEqualThePerHeadOrderOnEveryPathAndThreadCount) {
+TEST(MlaAttend, BlocksOfRowsAndHeadsEqualThePerHeadOrderOnEveryPathAndThreadCount) {
   KernelSettings restore;
   const std::vector<Sequence> prefill = {{147, 3}, {5, 0}, {0, 1}, {63, 2}};
   const std::vector<Sequence> decode = {{149, 1}};
@@ -144,8 +147,11 @@ TEST(MlaAttend, HeadGroupsEqualThePerHeadOrderOnEveryPathAndThreadCount) {
       kernels::SetThreads(threads);
       const std::string at = std::string(kernels::IsaName(isa)) + ", " + std::to_string(threads) +
                              " threads";
-      CheckPass(prefill, "4 sequences, " + at);
-      CheckPass(decode, "1 row, " + at);
+      for (int64_t heads : {21, 50}) {
+        const std::string with = std::to_string(heads) + " heads, " + at;
+        CheckPass(heads, prefill, "4 sequences, " + with);
+        CheckPass(heads, decode, "1 row, " + with);
+      }
     }
   }
   EXPECT_GE(paths, 1);
@@ -154,9 +160,9 @@ TEST(MlaAttend, HeadGroupsEqualThePerHeadOrderOnEveryPathAndThreadCount) {
 // The scratch is kept between calls: a long call, then a short one, then a long one again give
 // the bits of fresh calls (nothing read from an earlier call's scores).
 TEST(MlaAttend, ScratchKeptBetweenCallsChangesNoBit) {
-  CheckPass({{150, 2}}, "long");
-  CheckPass({{3, 1}}, "short after long");
-  CheckPass({{120, 3}, {1, 1}}, "long again");
+  CheckPass(21, {{150, 2}}, "long");
+  CheckPass(21, {{3, 1}}, "short after long");
+  CheckPass(50, {{120, 3}, {1, 1}}, "long again, more heads");
 }
 
 }  // namespace

@@ -112,6 +112,12 @@ K3_ELEMENTWISE_CLONES void WeightedLatents(const float* p, int64_t stride, int64
   }
 }
 
+// A sequence's consecutive rows of a pass, attended together (AttendBlock).
+struct Block {
+  int64_t t0, nr, len0;  // rows t0 … t0 + nr − 1 of the pass, the first at cache length len0
+  const MlaCache* cache;
+};
+
 // Steps 3–5 for the nr rows t0 … t0 + nr − 1 of a pass (consecutive positions of one sequence,
 // the first at cache length len0, i.e. position len0 − 1) and the heads [h0, h0 + nh): ō[h][t]
 // from q̃[h][t], the rope query and the cache. The block's queries [q̃_h ‖ q_rope] share every
@@ -124,11 +130,6 @@ K3_ELEMENTWISE_CLONES void WeightedLatents(const float* p, int64_t stride, int64
 // head read the whole cache on its own: 96 times per row at the released dims. `query`
 // (nr·nh·(c + r) floats), `acc` (nr·nh·(len0 + nr − 1) doubles) and `score` (as many floats)
 // belong to the calling thread.
-struct Block {
-  int64_t t0, nr, len0;  // rows t0 … t0 + nr − 1 of the pass, the first at cache length len0
-  const MlaCache* cache;
-};
-
 void AttendBlock(const Dims& d, const Block& b, int64_t h0, int64_t nh, int64_t T,
                  const float* q, const float* qt, float scale, float* query, double* acc,
                  float* score, float* obar) {

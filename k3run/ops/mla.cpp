@@ -128,8 +128,8 @@ struct Block {
 // row into every head's ō. Each ō element still sums its positions in ascending order with a
 // product, then a sum, so the blocks (their rows, their heads) never change a bit. Before, each
 // head read the whole cache on its own: 96 times per row at the released dims. `query`
-// (nr·nh·(c + r) floats), `acc` (nr·nh·(len0 + nr − 1) doubles) and `score` (as many floats)
-// belong to the calling thread.
+// (nr·nh·(c + r) floats), `acc` (nr·nh·kMlaKeyBlock doubles) and `score` (nr·nh·(len0 + nr − 1)
+// floats) belong to the calling thread.
 void AttendBlock(const Dims& d, const Block& b, int64_t h0, int64_t nh, int64_t T,
                  const float* q, const float* qt, float scale, float* query, double* acc,
                  float* score, float* obar) {
@@ -143,17 +143,26 @@ void AttendBlock(const Dims& d, const Block& b, int64_t h0, int64_t nh, int64_t 
       std::memcpy(x + c, q + (t * H + h0 + i) * qh + nope, size_t(r) * 4);  // the rope query
     }
   }
-  const kernels::Matrix keys{kernels::WeightType::kF32, len, c + r, b.cache->data.data(), nullptr};
-  kernels::RouterLogitsOnThisThread(keys, query, n, acc);  // acc [n][len]
-  float* o[kMlaHeadGroup];
+  // The keys kMlaKeyBlock positions at a time, every query's sums for a block before the next:
+  // the block stays in L2 while the queries read it, also on the router bodies that take one
+  // query after another (AVX2, scalar). score [n][len] = fp32(sum) · scale, as step 3 says;
+  // the positions a row does not see are scored too, and never read.
+  for (int64_t s0 = 0; s0 < len; s0 += kMlaKeyBlock) {
+    const int64_t m = len - s0 < kMlaKeyBlock ? len - s0 : kMlaKeyBlock;
+    const kernels::Matrix keys{kernels::WeightType::kF32, m, c + r, b.cache->row(s0), nullptr};
+    kernels::RouterLogitsOnThisThread(keys, query, n, acc);  // acc [n][m]
+    for (int64_t x = 0; x < n; ++x) {
+      for (int64_t s = 0; s < m; ++s) {
+        score[x * len + s0 + s] = static_cast<float>(acc[x * m + s]) * scale;
+      }
+    }
+  }
+  float* o[kMlaUnitQueries];
   for (int64_t k = 0; k < b.nr; ++k) {
     const int64_t seen = b.len0 + k;  // causal: positions 0 … len0 − 1 + k
     float* sk = score + k * nh * len;
     for (int64_t i = 0; i < nh; ++i) {
-      const double* a = acc + (k * nh + i) * len;
-      float* si = sk + i * len;
-      for (int64_t s = 0; s < seen; ++s) si[s] = static_cast<float>(a[s]) * scale;
-      Softmax(si, seen, si);
+      Softmax(sk + i * len, seen, sk + i * len);
       o[i] = obar + ((h0 + i) * T + b.t0 + k) * c;
     }
     WeightedLatents(sk, len, seen, nh, b.cache->data.data(), b.cache->width, c, o);
@@ -243,13 +252,13 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
 
   // 3.–5. Units of (block of a sequence's consecutive rows, group of heads), claimed one at a
   // time by the compute threads: one fork/join for every sequence of the pass. A unit has at
-  // most kMlaHeadGroup queries (rows × heads): groups of up to that many heads, one row a block
+  // most kMlaUnitQueries queries (rows × heads): groups of up to that many heads, one row a block
   // when the heads fill it, else as many rows as fit (prefill); fewer heads a group when a pass
   // has too few blocks to give every thread a unit (a one-row decode pass). Each thread's
   // scratch is one unit's, sized for the longest sequence.
   const int64_t threads_wanted = std::max(1, kernels::Threads());
-  const int64_t heads_max = std::min(H, kMlaHeadGroup);
-  const int64_t rows_per_block = std::max<int64_t>(1, kMlaHeadGroup / heads_max);
+  const int64_t heads_max = std::min(H, kMlaUnitQueries);
+  const int64_t rows_per_block = std::max<int64_t>(1, kMlaUnitQueries / heads_max);
   std::vector<Block> blocks;
   for (size_t i = 0; i < segments.size(); ++i) {
     const MlaSegment& g = segments[i];
@@ -275,7 +284,7 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
   thread_local std::vector<double> acc;
   Grow(&query, threads * most * width);
   Grow(&score, threads * most * longest);
-  Grow(&acc, threads * most * longest);
+  Grow(&acc, threads * most * kMlaKeyBlock);
   // The lambda below runs on other threads too: it must see this thread's buffers, by pointer.
   float* const queries = query.data();
   float* const scores = score.data();
@@ -286,7 +295,7 @@ Status MlaAttendMany(const MlaWeights& w, const Dims& d, std::span<const MlaSegm
       const int64_t h0 = unit % groups * per_group;
       AttendBlock(d, blocks[static_cast<size_t>(unit / groups)], h0, std::min(per_group, H - h0),
                   T, r->q.data(), r->qt.data(), scale, queries + chunk * most * width,
-                  sums + chunk * most * longest, scores + chunk * most * longest,
+                  sums + chunk * most * kMlaKeyBlock, scores + chunk * most * longest,
                   r->obar.data());
     }
   });

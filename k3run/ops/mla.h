@@ -23,8 +23,8 @@
 // sizes (T rows in one call equal T one-row calls) and budgets never change a bit. Forbidden
 // here (DESIGN.md §11.2a): online or tiled softmax, score sums split in pieces.
 // Scratch: MlaRows holds the pass's [T] rows of projections; MlaAttend adds, per compute thread
-// (not per row), the scores of one unit of at most kMlaHeadGroup queries: that many × the
-// longest sequence's len floats and doubles.
+// (not per row), the scores of one unit of at most kMlaUnitQueries queries: that many × the
+// longest sequence's len floats, and that many × kMlaKeyBlock doubles.
 // The score sums run in kernels/router_dot.h (same contract: one double accumulator per
 // position, ascending index; SIMD across positions), a unit's queries (a block of rows × a group
 // of heads) together so that they share each read of the cache; step 5 vectorised across j, the
@@ -65,10 +65,14 @@ inline int64_t MlaCacheWidth(const Dims& d) { return d.kv_lora + d.qk_rope; }
 // Queries (a sequence's consecutive rows × heads) whose steps 3–5 run together over one read of
 // the cache, at most: groups of up to this many heads (fewer when a pass has fewer rows than
 // compute threads), and when the heads are fewer, blocks of as many rows as fit. The memory
-// plan counts one unit's scores per thread. k3_bench_mla at the released dims (96 heads), 32,768
-// positions, attention alone, two threads: groups of 16 60 ms, 32 66-68 (three groups on two
-// threads), 48 47-48: the router kernel's panels are built once per group and unit.
-inline constexpr int64_t kMlaHeadGroup = 48;
+// plan counts one unit's scores per thread. Timed with a driver of MlaAttend alone (not
+// k3_bench_mla) at the released dims (96 heads), 32,768 positions, two threads, units of one
+// row's heads: 16 heads 60 ms, 32 66-68 (three units on two threads), 48 47-48; the router
+// kernel's panels are built once per unit.
+inline constexpr int64_t kMlaUnitQueries = 48;
+// Cache positions a unit's queries are summed over together (a block of 128 × 576 floats, 295 KB
+// at the released dims, stays in L2 while the unit's queries read it).
+inline constexpr int64_t kMlaKeyBlock = 128;
 
 // The layer in three phases, so that the rows of several sequences in one pass share every
 // weight read: MlaProject (steps 1–2 for every row of the pass) → MlaAttend (the cache rows and

@@ -14,8 +14,8 @@ uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions, int th
   const uint64_t blocks = uint64_t(c.n_layers / std::max(c.attn_res_block, 1) + 2);
   const uint64_t qk = uint64_t(c.qk_nope + c.qk_rope), lat = uint64_t(c.kv_lora);
   const uint64_t P = uint64_t(c.kda_heads) * uint64_t(c.kda_head_dim);
-  // MLA's steps 3–5 per thread: a unit of at most kMlaHeadGroup queries (ops/mla.h)
-  const uint64_t group = uint64_t(ops::kMlaHeadGroup);
+  // MLA's steps 3–5 per thread: a unit of at most kMlaUnitQueries queries (ops/mla.h)
+  const uint64_t group = uint64_t(ops::kMlaUnitQueries);
   const uint64_t ffn = uint64_t(std::max(c.dense_inter, c.moe_inter * std::max(c.n_shared, 1)));
   const uint64_t per_row =
       E * (blocks + 8)                                           // h, snapshots, norms, outputs
@@ -26,7 +26,8 @@ uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions, int th
       + ffn * 3;                                                 // dense / shared GLU
   const uint64_t per_pass =
       uint64_t(std::max(threads, 1)) * group *  // per thread, a unit's scores and
-          (3 * uint64_t(std::max<int64_t>(positions, 1)) + lat + uint64_t(c.qk_rope))  // queries
+          (uint64_t(std::max<int64_t>(positions, 1)) + 2 * uint64_t(ops::kMlaKeyBlock) +
+           lat + uint64_t(c.qk_rope))  // sums and queries
       + H * lat * uint64_t(c.qk_nope)                             // W_UK transposed (fp32 bound)
       + 3 * uint64_t(c.vocab);                                    // logits, a head chunk, sampler
   return 4 * (t * per_row + per_pass);

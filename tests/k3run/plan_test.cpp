@@ -58,10 +58,13 @@ TEST(ScratchBytes, GrowsWithRowsAndPositionsAndCoversTheLogits) {
   EXPECT_EQ(ScratchBytes(*c, 8, 10) - one, 7 * per_row);
   EXPECT_GT(per_row, 4u * uint64_t(c->hidden));
   EXPECT_GT(ScratchBytes(*c, 1, 1000), one);
-  // MLA scores: per thread, not per row, a unit of ops::kMlaHeadGroup queries (rows × heads)
-  // × `positions` floats and doubles, and the queries themselves (kv_lora + rope floats each).
-  const uint64_t group = uint64_t(ops::kMlaHeadGroup);
-  const uint64_t per_thread = group * (12u * 1000u + 4u * uint64_t(c->kv_lora + c->qk_rope));
+  // MLA scores: per thread, not per row, a unit of ops::kMlaUnitQueries queries (rows × heads)
+  // × `positions` floats, their sums over a block of ops::kMlaKeyBlock positions (doubles), and
+  // the queries themselves (kv_lora + rope floats each).
+  const uint64_t group = uint64_t(ops::kMlaUnitQueries);
+  const uint64_t per_thread =
+      group * (4u * 1000u + 8u * uint64_t(ops::kMlaKeyBlock) +
+               4u * uint64_t(c->kv_lora + c->qk_rope));
   EXPECT_EQ(ScratchBytes(*c, 1, 1000, 2) - ScratchBytes(*c, 1, 1000, 1), per_thread);
   EXPECT_EQ(ScratchBytes(*c, 5, 1000, 2) - ScratchBytes(*c, 5, 1000, 1), per_thread);
 }

@@ -2,11 +2,11 @@
 // cache, step 5 blocked over positions, columns and head pairs) against the order
 // k3run/ops/mla.h states, written here one head, one row and one position at a time with plain
 // loops: the same bits on every ISA path and thread count. The dims reach every blocking edge:
-// 21 heads (blocks of 2 rows; an odd last head pair) and 50 heads (more than kMlaHeadGroup:
+// 21 heads (blocks of 2 rows; an odd last head pair) and 50 heads (more than kMlaUnitQueries:
 // groups of 25, one row a block), kv_lora 88 (a 64-column block, a 16-column block, 8 columns
-// one by one), caches of up to 150 positions (position blocks of 64 and a ragged last one),
-// segments of 3, 0, 1 and 2 rows (a 1-row pass splits the heads further, so that every thread
-// gets work).
+// one by one), caches of up to 150 positions (step 5's blocks of 64 positions and the scores'
+// blocks of kMlaKeyBlock, each with a ragged last one), segments of 3, 0, 1 and 2 rows (a 1-row
+// pass splits the heads further, so that every thread gets work).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,7 +27,8 @@ namespace {
 using testing::KernelSettings;
 
 Dims AttendDims(int64_t heads) {
-  static_assert(kMlaHeadGroup >= 42 && kMlaHeadGroup < 50, "the dims below assume 48");
+  static_assert(kMlaUnitQueries >= 42 && kMlaUnitQueries < 50, "the dims below assume 48");
+  static_assert(kMlaKeyBlock < 150 && 150 % kMlaKeyBlock != 0, "caches below span a ragged block");
   Dims d;
   d.n_heads = heads;
   d.kv_lora = 88;

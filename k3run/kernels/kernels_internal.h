@@ -25,6 +25,15 @@ inline constexpr int64_t kMaxPrefetchBytes = 16 << 10;
 inline constexpr int64_t kInRowAheadBytes = 2048;
 inline constexpr int64_t kShortRowsAheadBytes = 4096;
 
+// Wide calls (prefill) give the bodies activation rows in blocks of about kActivationBlockBytes
+// (at least kMinActivationBlock rows: whole tiles of 4 and of 6), so that a block stays in L2
+// while a block of weight rows reads it, instead of streaming all T rows from L3 for every few
+// weight rows (matmul.cpp's TiledRows; router_dot.cpp). ActivationBlockRows(cols): that many
+// rows of `cols` floats.
+inline constexpr int64_t kActivationBlockBytes = 384 << 10;
+inline constexpr int64_t kMinActivationBlock = 24;
+int64_t ActivationBlockRows(int64_t cols);
+
 // A kernel called against its contract: logs "a bug in the caller: msg" and aborts.
 [[noreturn]] void Die(const std::string& msg);
 
@@ -35,6 +44,12 @@ struct alignas(64) Mxfp4LutRow {
   float v[16];
 };
 const Mxfp4LutRow* Mxfp4Lut();  // 256 rows, built once, thread-safe
+
+// At least n floats, 64-byte aligned, owned by the calling thread and kept for its next calls
+// (so a hot loop allocates nothing): what it held is garbage after the thread's next call. For
+// a body's own copy of its activations (the AVX-512 MXFP4 rows take x in their decode's lane
+// order); never held across a call to another kernel.
+float* MatMulScratch(int64_t n);
 
 // Computes output rows [r_begin, r_end) for all T activation rows, by the contract in
 // matmul.h. The Matrix has passed ValidateMatrix. One function per ISA; the dispatcher in

@@ -301,10 +301,10 @@ template <int TB>
 // weights (the LUT's permutexvar): each 8-byte half is broadcast to every qword (a load, not a
 // shuffle) and a per-lane shift brings one nibble to the low 4 bits of each dword, which is all
 // permutexvar reads. That puts the elements of a 16-block in the lane order Mxfp4Order (lane
-// 2j: element j, lane 2j+1: element 8+j; j < 8) instead of 0..15; x is permuted the same way,
-// so each contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in ascending order,
-// and the reduction (SixteenSums<true>) takes the lanes where they are: the bits are the
-// contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
+// 2j: element j, lane 2j+1: element 8+j; j < 8) instead of 0..15; x arrives permuted the same
+// way (RowsMxfp4), so each contract lane l still receives w_l·x_l, w_{16+l}·x_{16+l}, ... in
+// ascending order, and the reduction (SixteenSums<true>) takes the lanes where they are: the
+// bits are the contract's. cols % 32 == 0 (ValidateMatrix), so there is no ragged end.
 //
 // The rows, their scales and the activations are addressed from one pointer each plus strides
 // (RowAt). Written like Tile, GCC gave each row a pointer for its bytes and one for its scales:
@@ -351,8 +351,8 @@ void Mxfp4Tile(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, f
 #pragma GCC unroll 16
     for (int t = 0; t < TB; ++t) {
       const uint8_t* xt = RowAt(x0, t, xb, xb3);
-      xv[0][t] = _mm512_permutexvar_ps(Mxfp4Order(), _mm512_loadu_ps(xt));
-      xv[1][t] = _mm512_permutexvar_ps(Mxfp4Order(), _mm512_loadu_ps(xt + 64));
+      xv[0][t] = _mm512_load_ps(xt);
+      xv[1][t] = _mm512_load_ps(xt + 64);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
@@ -466,6 +466,18 @@ int64_t Mxfp4Ahead(const Mxfp4Rows& w, int64_t rb, int64_t r, int64_t r_end) {
 
 void RowsMxfp4(const Mxfp4Rows& w, int64_t rows, int64_t cols, const float* x, int64_t T,
                float* y, int64_t r_begin, int64_t r_end) {
+  // The tiles read x already in Mxfp4Order, permuted here once per call instead of once per
+  // block of rows: at T = 4 that was as many shuffles as the weights' decode took, on the
+  // ports the FMAs share. 64-byte aligned, cols % 32 == 0: whole aligned loads.
+  // k3_bench_roofline, avx512, one thread, µs a call in two alternating runs, before → after:
+  // released 3072×3584 T = 2 374-379 → 322, T = 4 592-623 → 518, T = 16 2,909 → 2,213;
+  // bench 512×256 T = 2 5.5-5.6 → 4.9, T = 16 25.9 → 24.7; T = 1 unchanged.
+  float* const permuted = MatMulScratch(T * cols);
+  const __m512i order = Mxfp4Order();
+  for (int64_t i = 0; i < T * cols; i += 16) {
+    _mm512_store_ps(permuted + i, _mm512_permutexvar_ps(order, _mm512_loadu_ps(x + i)));
+  }
+  x = permuted;
   // The tiles that prefetch fetch the block at least kShortRowsAheadBytes on: an expert's short
   // rows (256 columns: 1 KiB a block of 8) take less than the DRAM latency a block, so one
   // block ahead came too late, and no tile fetched the first. k3_bench_roofline, avx512, T = 1,

@@ -81,9 +81,14 @@ void RouterLogitsRows(const Matrix& w, const float* x, int64_t T, double* out) {
   // whole groups and the split over threads is the single-thread split cut at group borders.
   constexpr int64_t kRowsPerChunk = 64;
   const int64_t chunks = (w.rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  // A chunk's activation rows in blocks that stay in L2 while its rows read them (MatMul's
+  // cache tiles, kernels_internal.h): each sum is still whole in one body call, same bits.
+  const int64_t tb = internal::ActivationBlockRows(w.cols);
   ParallelChunks(Threads(), chunks, [&](int64_t c) {
     const int64_t r0 = c * kRowsPerChunk, r1 = std::min(w.rows, r0 + kRowsPerChunk);
-    rows_fn(w, x, T, out, r0, r1);
+    for (int64_t t = 0; t < T; t += tb) {
+      rows_fn(w, x + t * w.cols, std::min(tb, T - t), out + t * w.rows, r0, r1);
+    }
   });
 }
 

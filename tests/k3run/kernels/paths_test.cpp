@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "k3run/kernels/kernels_internal.h"
 #include "tests/k3run/kernels/kernel_test_util.h"
 
 namespace k3::kernels::testing {
@@ -132,6 +133,41 @@ TEST(MatMulRows, EachRowEqualsMatVecBits) {
               << TypeName(type) << " path=" << IsaName(isa) << " threads=" << threads
               << " row t=" << t;
         }
+      }
+    }
+  }
+}
+
+// Wide calls (prefill) run in cache tiles of weight rows × activation rows (matmul.cpp's
+// TiledRows, internal::ActivationBlockRows): 4128 columns make the activation tile the minimum
+// kMinActivationBlock = 24 rows, so T = 53 is two whole tiles and a ragged one; 37 f32/bf16 rows
+// (16 a row tile) and 130 MXFP4 rows (112 a row tile) are two row tiles and a ragged one. Each
+// row of the wide call equals that row alone, on every path and thread count, and the paths
+// equal the scalar one.
+TEST(MatMulRows, WideCallsInCacheTilesEqualOneRowCallsBits) {
+  constexpr int64_t kCols = 4128, kT = 53;
+  static_assert(kT > 2 * internal::kMinActivationBlock);
+  ASSERT_EQ(internal::ActivationBlockRows(kCols), internal::kMinActivationBlock);
+  uint64_t seed = 9000;
+  for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kMXFP4}) {
+    const int64_t rows = type == WeightType::kMXFP4 ? 130 : 37;
+    const OwnedMatrix m = RandomMatrix(type, rows, kCols, ++seed, 110, 140);
+    const std::vector<float> x = RandomActivations(kT, kCols, ++seed);
+    const std::vector<float> scalar = RunMatMul(m, x, kT, Isa::kScalar, 1);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!IsaSupported(isa)) continue;  // the path tests above report the skip
+      std::vector<float> one_by_one;
+      for (int64_t t = 0; t < kT; ++t) {
+        const std::vector<float> xt(x.begin() + t * kCols, x.begin() + (t + 1) * kCols);
+        const std::vector<float> y = RunMatMul(m, xt, 1, isa, 1);
+        one_by_one.insert(one_by_one.end(), y.begin(), y.end());
+      }
+      ASSERT_EQ(FirstBitDifference(scalar, one_by_one, rows), "")
+          << TypeName(type) << " path=" << IsaName(isa) << ": one-row calls against scalar";
+      for (int threads : {1, 2}) {
+        const std::vector<float> wide = RunMatMul(m, x, kT, isa, threads);
+        ASSERT_EQ(FirstBitDifference(one_by_one, wide, rows), "")
+            << TypeName(type) << " path=" << IsaName(isa) << " threads=" << threads;
       }
     }
   }

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "k3run/kernels/kernels_internal.h"
+
 namespace k3::kernels {
 namespace {
 
@@ -180,6 +182,36 @@ TEST_P(RouterDot, ManyActivationRowsEachGetTheirOwnRowsBits) {
     }
   });
   if (!unsupported.empty()) GTEST_SKIP() << unsupported << " not supported by this CPU (the others passed)";
+}
+
+// Wide calls (prefill) give the bodies the activation rows in blocks of
+// internal::ActivationBlockRows(cols): 24 at 4128 columns, so T = 53 is two whole blocks and a
+// ragged one. Every row still gets the reference's bits for its own row.
+TEST(RouterDotWide, ActivationRowsInCacheBlocksEachGetTheirOwnRowsBits) {
+  constexpr int64_t kRows = 70, kCols = 4128, kT = 53;
+  ASSERT_EQ(internal::ActivationBlockRows(kCols), 24);
+  std::mt19937 rng(4128);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const Gate gate = MakeGate(kRows, kCols, [&](int64_t r, int64_t) {
+    return nd(rng) * (r % 3 == 1 ? 1e20f : 1.0f);
+  });
+  std::vector<float> x(static_cast<size_t>(kT * kCols));
+  for (float& v : x) v = nd(rng);
+  const std::string unsupported = ForEveryPath([&](Isa isa, int threads, WeightType t) {
+    const Matrix m = gate.view(t);
+    std::vector<double> got(static_cast<size_t>(kT * kRows), -1.0);
+    RouterLogitsRows(m, x.data(), kT, got.data());
+    for (int64_t a = 0; a < kT; ++a) {
+      const std::vector<float> xa(x.begin() + a * kCols, x.begin() + (a + 1) * kCols);
+      const std::vector<double> want = Reference(t, m.data, kRows, kCols, xa);
+      const std::vector<double> row(got.begin() + a * kRows, got.begin() + (a + 1) * kRows);
+      ASSERT_EQ("", FirstDifference(want, row)) << Where(isa, threads, t, kRows, kCols)
+                                                 << ", T = " << kT << ", row " << a;
+    }
+  });
+  if (!unsupported.empty()) {
+    GTEST_SKIP() << unsupported << " not supported by this CPU (the others passed)";
+  }
 }
 
 // Rows: 1, below / above one 8-row group, the AVX2 16 and AVX-512 32-row groups and the 64-row

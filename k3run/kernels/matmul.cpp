@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "k3run/kernels/kernels_internal.h"
 #include "k3run/kernels/thread_pool.h"
+#include "k3run/kernels/thread_scratch.h"
 
 namespace k3::kernels {
 namespace {
@@ -98,13 +99,21 @@ int64_t ActivationBlockRows(int64_t cols) {
 float* MatMulScratch(int64_t n) {
   constexpr int64_t kAlignFloats = 16;  // 64 bytes
   thread_local std::vector<float> buffer;
-  if (int64_t(buffer.size()) < n + kAlignFloats) buffer.resize(size_t(n + kAlignFloats));
+  // Exactly what is asked (resize could double it): MatMulThreadScratchBytes is the bound.
+  if (int64_t(buffer.size()) < n + kAlignFloats) {
+    std::vector<float>(size_t(n + kAlignFloats)).swap(buffer);
+  }
   const auto at = reinterpret_cast<uintptr_t>(buffer.data());
   const int64_t misaligned = int64_t(at / sizeof(float)) % kAlignFloats;  // malloc: 16-byte
   return buffer.data() + (kAlignFloats - misaligned) % kAlignFloats;
 }
 }  // namespace internal
 using internal::Die;
+
+int64_t MatMulThreadScratchBytes(int64_t cols) {
+  const int64_t floats = internal::ActivationBlockRows(cols) * std::max<int64_t>(cols, 0);
+  return (floats + 16) * int64_t{sizeof(float)};  // + MatMulScratch's alignment
+}
 
 Status ValidateMatrix(const Matrix& w, std::string_view what) {
   const std::string name(what);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "k3run/kernels/thread_scratch.h"
 #include "k3run/ops/mla.h"
 
 namespace k3::run {
@@ -24,12 +25,17 @@ uint64_t ScratchBytes(const ModelConfig& c, int64_t T, int64_t positions, int th
       + P * 10 + uint64_t(c.kda_heads) * 4                       // KDA projections, gates
       + uint64_t(c.topk) * uint64_t(3 * c.latent + 2 * c.moe_inter) + uint64_t(c.latent) * 3  // MoE
       + ffn * 3;                                                 // dense / shared GLU
+  // Per thread, kept by the MatMul bodies (kernels/thread_scratch.h): the expert matrices'
+  // widest row, counted whether or not the experts are MXFP4.
+  const uint64_t kernel_kept =
+      uint64_t(kernels::MatMulThreadScratchBytes(std::max(c.latent, c.moe_inter)));
   const uint64_t per_pass =
       uint64_t(std::max(threads, 1)) * group *  // per thread, a unit's scores and
           (uint64_t(std::max<int64_t>(positions, 1)) + 2 * uint64_t(ops::kMlaKeyBlock) +
            lat + uint64_t(c.qk_rope))  // sums and queries
       + H * lat * uint64_t(c.qk_nope)                             // W_UK transposed (fp32 bound)
-      + 3 * uint64_t(c.vocab);                                    // logits, a head chunk, sampler
+      + 3 * uint64_t(c.vocab)                                     // logits, a head chunk, sampler
+      + uint64_t(std::max(threads, 1)) * kernel_kept / 4;         // the MatMul bodies' own
   return 4 * (t * per_row + per_pass);
 }
 

@@ -1,6 +1,9 @@
 // Memory plan numbers, computed by hand from MODEL.md §7's state description.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "k3run/kernels/thread_scratch.h"
 #include "k3run/ops/mla.h"
 #include "k3run/stream/memory_plan.h"
 #include "k3prep/synth/presets.h"
@@ -60,11 +63,13 @@ TEST(ScratchBytes, GrowsWithRowsAndPositionsAndCoversTheLogits) {
   EXPECT_GT(ScratchBytes(*c, 1, 1000), one);
   // MLA scores: per thread, not per row, a unit of ops::kMlaUnitQueries queries (rows × heads)
   // × `positions` floats, their sums over a block of ops::kMlaKeyBlock positions (doubles), and
-  // the queries themselves (kv_lora + rope floats each).
+  // the queries themselves (kv_lora + rope floats each); and what the MatMul bodies keep for
+  // the widest expert row (kernels/thread_scratch.h).
   const uint64_t group = uint64_t(ops::kMlaUnitQueries);
   const uint64_t per_thread =
       group * (4u * 1000u + 8u * uint64_t(ops::kMlaKeyBlock) +
-               4u * uint64_t(c->kv_lora + c->qk_rope));
+               4u * uint64_t(c->kv_lora + c->qk_rope)) +
+      uint64_t(kernels::MatMulThreadScratchBytes(std::max(c->latent, c->moe_inter)));
   EXPECT_EQ(ScratchBytes(*c, 1, 1000, 2) - ScratchBytes(*c, 1, 1000, 1), per_thread);
   EXPECT_EQ(ScratchBytes(*c, 5, 1000, 2) - ScratchBytes(*c, 5, 1000, 1), per_thread);
 }

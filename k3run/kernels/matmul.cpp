@@ -85,6 +85,9 @@ internal::RowsFn RowsFor(Isa isa) {
 
 }  // namespace
 
+// MatMulScratch aligns its buffer to 64 bytes, so it holds this many floats beyond what is asked.
+constexpr int64_t kScratchAlignFloats = 16;
+
 namespace internal {
 [[noreturn]] void Die(const std::string& msg) {
   LogError("k3 kernels (a bug in the caller): " + msg);
@@ -97,22 +100,21 @@ int64_t ActivationBlockRows(int64_t cols) {
 }
 
 float* MatMulScratch(int64_t n) {
-  constexpr int64_t kAlignFloats = 16;  // 64 bytes
   thread_local std::vector<float> buffer;
   // Exactly what is asked (resize could double it): MatMulThreadScratchBytes is the bound.
-  if (int64_t(buffer.size()) < n + kAlignFloats) {
-    std::vector<float>(size_t(n + kAlignFloats)).swap(buffer);
+  if (int64_t(buffer.size()) < n + kScratchAlignFloats) {
+    std::vector<float>(size_t(n + kScratchAlignFloats)).swap(buffer);
   }
   const auto at = reinterpret_cast<uintptr_t>(buffer.data());
-  const int64_t misaligned = int64_t(at / sizeof(float)) % kAlignFloats;  // malloc: 16-byte
-  return buffer.data() + (kAlignFloats - misaligned) % kAlignFloats;
+  const int64_t misaligned = int64_t(at / sizeof(float)) % kScratchAlignFloats;  // malloc: 16-byte
+  return buffer.data() + (kScratchAlignFloats - misaligned) % kScratchAlignFloats;
 }
 }  // namespace internal
 using internal::Die;
 
 int64_t MatMulThreadScratchBytes(int64_t cols) {
   const int64_t floats = internal::ActivationBlockRows(cols) * std::max<int64_t>(cols, 0);
-  return (floats + 16) * int64_t{sizeof(float)};  // + MatMulScratch's alignment
+  return (floats + kScratchAlignFloats) * int64_t{sizeof(float)};
 }
 
 Status ValidateMatrix(const Matrix& w, std::string_view what) {
@@ -257,12 +259,12 @@ bool CheckMatMul(const Matrix& w, const float* x, int64_t T, float* y) {
 // Rows [r0, r1) for all T activation rows, in the cache tiles described at kWeightBlockBytes.
 void TiledRows(internal::RowsFn rows_fn, const Matrix& w, const float* x, int64_t T, float* y,
                int64_t r0, int64_t r1) {
-  const int64_t row_bytes = std::max<int64_t>(1, WeightBytes(w) / std::max<int64_t>(w.rows, 1));
   const int64_t tb = internal::ActivationBlockRows(w.cols);
   if (T <= tb) {
     rows_fn(w, x, T, y, r0, r1);
     return;
   }
+  const int64_t row_bytes = std::max<int64_t>(1, WeightBytes(w) / std::max<int64_t>(w.rows, 1));
   const int64_t rb = std::max(kRowAlign, kWeightBlockBytes / row_bytes / kRowAlign * kRowAlign);
   for (int64_t r = r0; r < r1; r += rb) {
     const int64_t r_end = std::min(r1, r + rb);
